@@ -31,7 +31,9 @@ mod slice;
 
 pub use crate::config::LogConfig;
 pub use crate::error::LogError;
-pub use crate::log::{AppendInfo, AppendOptions, AppendOrigin, Log, LogRead, TimestampType};
+pub use crate::log::{
+    AppendInfo, AppendOptions, AppendOrigin, Log, LogRead, SegmentInfo, SyncHandle, TimestampType,
+};
 pub use crate::slice::FileSlice;
 
 /// Result alias for engine operations.
