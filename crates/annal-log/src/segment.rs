@@ -488,18 +488,21 @@ impl Segment {
                 self.file
                     .read_exact_at(&mut bytes, position)
                     .map_err(|e| LogError::io("read segment", &self.log_path, e))?;
-                if let Some(timestamps) = batch::record_timestamps(&bytes) {
-                    if !header.is_log_append_time() {
+                match batch::record_timestamps(&bytes) {
+                    Some(timestamps) if !header.is_log_append_time() => {
                         for (delta, ts) in timestamps.into_iter().enumerate() {
                             let offset = header.base_offset + delta as i64;
                             if ts >= timestamp && offset >= from_offset {
                                 return Ok(Some((offset, ts)));
                             }
                         }
+                        // The later timestamps are all below the log start: look on, as Kafka does.
+                    }
+                    _ => {
+                        let offset = header.base_offset.max(from_offset);
+                        return Ok(Some((offset, header.max_timestamp)));
                     }
                 }
-                let offset = header.base_offset.max(from_offset);
-                return Ok(Some((offset, header.max_timestamp)));
             }
             let next = position + header.size() as u64;
             cursor = if next < self.size {
