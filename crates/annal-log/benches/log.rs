@@ -20,6 +20,7 @@
 //!
 //! Run: `cargo bench -p annal-log --bench log` then `python3 crates/annal-log/benches/ratios.py`.
 
+use std::cell::{RefCell, RefMut};
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
@@ -50,26 +51,43 @@ fn bench_root() -> PathBuf {
     std::env::var_os("ANNAL_BENCH_DIR").map_or_else(std::env::temp_dir, PathBuf::from)
 }
 
-/// Batches of 1 KiB records, each batch as close to `batch_target` bytes as whole records allow, totalling at
-/// least `total_bytes`. Built once; the log rewrites only base offsets and leader epochs in place, which keeps
-/// the CRC valid, so the same buffers can be appended again and again.
-fn build_batches(batch_target: usize, total_bytes: usize) -> (Vec<Vec<u8>>, u64) {
+/// One batch of `records` 1 KiB records.
+fn one_batch(records: usize) -> Vec<u8> {
     let value: Vec<u8> = (0..RECORD_VALUE_BYTES)
         .map(|i| (i * 131 % 251) as u8)
         .collect();
-    let now = annal_log_now_ms();
-    let mut records = 1usize;
-    let one = |n: usize| {
-        let recs: Vec<(Option<&[u8]>, Option<&[u8]>)> = vec![(None, Some(value.as_slice())); n];
-        batch::build_uncompressed_batch(&recs, now)
-    };
-    while one(records + 1).len() <= batch_target {
-        records += 1;
+    let recs: Vec<(Option<&[u8]>, Option<&[u8]>)> = vec![(None, Some(value.as_slice())); records];
+    batch::build_uncompressed_batch(&recs, annal_log_now_ms())
+}
+
+/// The most 1 KiB records a batch of at most `batch_target` bytes holds, and that batch's size.
+fn batch_shape(batch_target: usize) -> (usize, usize) {
+    // Binary search: the largest count whose batch fits (sizes grow with the count).
+    let (mut fits, mut too_many) = (1usize, batch_target / RECORD_VALUE_BYTES + 1);
+    while too_many - fits > 1 {
+        let mid = (fits + too_many) / 2;
+        if one_batch(mid).len() <= batch_target {
+            fits = mid;
+        } else {
+            too_many = mid;
+        }
     }
-    let template = one(records);
-    let count = total_bytes.div_ceil(template.len());
-    let bytes = (template.len() * count) as u64;
-    (vec![template; count], bytes)
+    (fits, one_batch(fits).len())
+}
+
+/// Total bytes of the data set [`build_batches`] returns.
+fn batches_bytes(batch_target: usize, total_bytes: usize) -> u64 {
+    let (_, size) = batch_shape(batch_target);
+    (total_bytes.div_ceil(size) * size) as u64
+}
+
+/// Batches of 1 KiB records, each as close to `batch_target` bytes as whole records allow, totalling at least
+/// `total_bytes`. Built once; the log rewrites only base offsets and leader epochs in place, which keeps the CRC
+/// valid, so the same buffers can be appended again and again.
+fn build_batches(batch_target: usize, total_bytes: usize) -> Vec<Vec<u8>> {
+    let (records, size) = batch_shape(batch_target);
+    let template = one_batch(records);
+    vec![template; total_bytes.div_ceil(size)]
 }
 
 fn annal_log_now_ms() -> i64 {
@@ -204,17 +222,25 @@ fn append(c: &mut Criterion) {
     let total = env_mib("ANNAL_BENCH_MIB", 1280) * MIB;
     let mut group = c.benchmark_group("append_1KiB_records");
     configure(&mut group);
+    let config = LogConfig {
+        segment_bytes: SEGMENT_BYTES,
+        ..LogConfig::default()
+    };
     for (name, target) in BATCH_SHAPES {
-        let (mut batches, bytes) = build_batches(target, total);
-        group.throughput(Throughput::Bytes(bytes));
-        let config = LogConfig {
-            segment_bytes: SEGMENT_BYTES,
-            ..LogConfig::default()
+        // Built on first use, so benchmarks filtered out on the command line cost nothing.
+        let batches = RefCell::new(None);
+        let batches = || {
+            RefMut::map(batches.borrow_mut(), |b| {
+                b.get_or_insert_with(|| build_batches(target, total))
+            })
         };
+        group.throughput(Throughput::Bytes(batches_bytes(target, total)));
         group.bench_function(BenchmarkId::new("plain", name), |b| {
+            let batches = batches();
             b.iter_custom(|iters| (0..iters).map(|_| plain_write_once(&batches, None)).sum())
         });
         group.bench_function(BenchmarkId::new("log", name), |b| {
+            let mut batches = batches();
             b.iter_custom(|iters| {
                 (0..iters)
                     .map(|_| log_append_once(&mut batches, &config))
@@ -229,14 +255,16 @@ fn append_fsync(c: &mut Criterion) {
     let total = env_mib("ANNAL_BENCH_FSYNC_MIB", 256) * MIB;
     let mut group = c.benchmark_group("append_fsync_every_64MiB");
     configure(&mut group);
-    let (mut batches, bytes) = build_batches(MIB, total);
-    group.throughput(Throughput::Bytes(bytes));
-    let records_per_64_mib = records_in(&batches) * FSYNC_EVERY_BYTES / bytes;
-    let config = LogConfig {
-        flush_messages: records_per_64_mib,
-        ..LogConfig::default()
+    let bytes = batches_bytes(MIB, total);
+    let batches = RefCell::new(None);
+    let batches = || {
+        RefMut::map(batches.borrow_mut(), |b| {
+            b.get_or_insert_with(|| build_batches(MIB, total))
+        })
     };
+    group.throughput(Throughput::Bytes(bytes));
     group.bench_function(BenchmarkId::new("plain", "1MiB_batches"), |b| {
+        let batches = batches();
         b.iter_custom(|iters| {
             (0..iters)
                 .map(|_| plain_write_once(&batches, Some(FSYNC_EVERY_BYTES)))
@@ -244,6 +272,11 @@ fn append_fsync(c: &mut Criterion) {
         })
     });
     group.bench_function(BenchmarkId::new("log", "1MiB_batches"), |b| {
+        let mut batches = batches();
+        let config = LogConfig {
+            flush_messages: records_in(&batches) * FSYNC_EVERY_BYTES / bytes,
+            ..LogConfig::default()
+        };
         b.iter_custom(|iters| {
             (0..iters)
                 .map(|_| log_append_once(&mut batches, &config))
@@ -253,46 +286,71 @@ fn append_fsync(c: &mut Criterion) {
     group.finish();
 }
 
+/// A log holding the data set, and its segment files, for the read benchmarks.
+struct ReadFixture {
+    log: Log,
+    files: Vec<PathBuf>,
+    _dir: tempfile::TempDir,
+}
+
+fn read_fixture(target: usize, total: usize) -> ReadFixture {
+    let dir = tempfile::tempdir_in(bench_root()).expect("bench temp dir");
+    let mut log = Log::open(dir.path(), LogConfig::default()).expect("open log");
+    let mut batches = build_batches(target, total);
+    let opts = AppendOptions::default();
+    for b in batches.iter_mut() {
+        log.append(b, &opts).expect("append");
+    }
+    let files = segment_files(dir.path());
+    // Both readers must see exactly the bytes that were appended.
+    let bytes = batches_bytes(target, total);
+    assert_eq!(log_read_all(&log, &mut Vec::new()), bytes);
+    assert_eq!(
+        plain_read_all(&files, &mut vec![0u8; READ_MAX_BYTES]),
+        bytes
+    );
+    ReadFixture {
+        log,
+        files,
+        _dir: dir,
+    }
+}
+
 fn read(c: &mut Criterion) {
     let total = env_mib("ANNAL_BENCH_MIB", 1280) * MIB;
     let mut group = c.benchmark_group("read_sequential");
     configure(&mut group);
     for (name, target) in BATCH_SHAPES {
-        let dir = tempfile::tempdir_in(bench_root()).expect("bench temp dir");
-        let mut log = Log::open(dir.path(), LogConfig::default()).expect("open log");
-        let (mut batches, bytes) = build_batches(target, total);
-        let opts = AppendOptions::default();
-        for b in batches.iter_mut() {
-            log.append(b, &opts).expect("append");
-        }
-        drop(batches);
-        let files = segment_files(dir.path());
-        group.throughput(Throughput::Bytes(bytes));
-        let mut buf = Vec::with_capacity(2 * READ_MAX_BYTES);
-        let mut plain_buf = vec![0u8; READ_MAX_BYTES];
-        // Both readers must see exactly the bytes that were appended.
-        assert_eq!(log_read_all(&log, &mut buf), bytes);
-        assert_eq!(plain_read_all(&files, &mut plain_buf), bytes);
+        let fixture = RefCell::new(None);
+        let fixture = || {
+            RefMut::map(fixture.borrow_mut(), |f| {
+                f.get_or_insert_with(|| read_fixture(target, total))
+            })
+        };
+        group.throughput(Throughput::Bytes(batches_bytes(target, total)));
         group.bench_function(BenchmarkId::new("plain", name), |b| {
+            let fixture = fixture();
+            let mut buf = vec![0u8; READ_MAX_BYTES];
             b.iter_custom(|iters| {
                 let start = Instant::now();
                 for _ in 0..iters {
-                    criterion::black_box(plain_read_all(&files, &mut plain_buf));
+                    criterion::black_box(plain_read_all(&fixture.files, &mut buf));
                 }
                 start.elapsed()
             })
         });
         group.bench_function(BenchmarkId::new("log", name), |b| {
+            let fixture = fixture();
+            let mut buf = Vec::with_capacity(2 * READ_MAX_BYTES);
             b.iter_custom(|iters| {
                 let start = Instant::now();
                 for _ in 0..iters {
-                    criterion::black_box(log_read_all(&log, &mut buf));
+                    criterion::black_box(log_read_all(&fixture.log, &mut buf));
                 }
                 start.elapsed()
             })
         });
-        drop(log);
-        drop(dir);
+        // The fixture (and its files) is dropped here, before the next shape is built.
     }
     group.finish();
 }
