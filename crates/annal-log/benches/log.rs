@@ -18,7 +18,9 @@
 //! Files live in `ANNAL_BENCH_DIR` (default: the system temp dir) and are deleted after every sample, which
 //! also drops their dirty pages before most of them reach the disk.
 //!
-//! Run: `cargo bench -p annal-log --bench log` then `python3 crates/annal-log/benches/ratios.py`.
+//! Run: `cargo bench -p annal-log --bench log` then `python3 crates/annal-log/benches/ratios.py`. On a busy machine
+//! also run with `ANNAL_BENCH_CLOCK=cpu CRITERION_HOME=target/criterion-cpu` (thread CPU time instead of wall
+//! time) and `python3 crates/annal-log/benches/ratios.py target/criterion-cpu`.
 
 use std::cell::{RefCell, RefMut};
 use std::fs::{File, OpenOptions};
@@ -90,6 +92,43 @@ fn build_batches(batch_target: usize, total_bytes: usize) -> Vec<Vec<u8>> {
     vec![template; total_bytes.div_ceil(size)]
 }
 
+/// Wall-clock time by default; with `ANNAL_BENCH_CLOCK=cpu`, the CPU time (user + system) of this thread, which
+/// other processes on a busy machine do not inflate. The fsync group always uses wall-clock time (waiting for the
+/// disk costs no CPU).
+#[derive(Clone, Copy)]
+enum Stopwatch {
+    Wall(Instant),
+    Cpu(Duration),
+}
+
+impl Stopwatch {
+    fn start(allow_cpu: bool) -> Stopwatch {
+        if allow_cpu && std::env::var("ANNAL_BENCH_CLOCK").is_ok_and(|v| v == "cpu") {
+            Stopwatch::Cpu(thread_cpu_time())
+        } else {
+            Stopwatch::Wall(Instant::now())
+        }
+    }
+
+    fn elapsed(self) -> Duration {
+        match self {
+            Stopwatch::Wall(start) => start.elapsed(),
+            Stopwatch::Cpu(start) => thread_cpu_time().saturating_sub(start),
+        }
+    }
+}
+
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
 fn annal_log_now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -105,10 +144,11 @@ fn records_in(batches: &[Vec<u8>]) -> u64 {
 
 /// Appends every batch to a fresh log in a fresh directory; returns the time spent appending only.
 fn log_append_once(batches: &mut [Vec<u8>], config: &LogConfig) -> Duration {
+    let allow_cpu_clock = config.flush_messages == u64::MAX;
     let dir = tempfile::tempdir_in(bench_root()).expect("bench temp dir");
     let mut log = Log::open(dir.path(), config.clone()).expect("open log");
     let opts = AppendOptions::default();
-    let start = Instant::now();
+    let start = Stopwatch::start(allow_cpu_clock);
     for b in batches.iter_mut() {
         log.append(b, &opts).expect("append");
     }
@@ -130,7 +170,7 @@ fn plain_write_once(batches: &[Vec<u8>], fsync_every: Option<u64>) -> Duration {
             .open(dir.path().join(format!("{n:020}.plain")))
             .expect("create plain file")
     };
-    let start = Instant::now();
+    let start = Stopwatch::start(fsync_every.is_none());
     let mut files = 0;
     let mut file = open(files);
     let mut position = 0u64;
@@ -332,7 +372,7 @@ fn read(c: &mut Criterion) {
             let fixture = fixture();
             let mut buf = vec![0u8; READ_MAX_BYTES];
             b.iter_custom(|iters| {
-                let start = Instant::now();
+                let start = Stopwatch::start(true);
                 for _ in 0..iters {
                     criterion::black_box(plain_read_all(&fixture.files, &mut buf));
                 }
@@ -343,7 +383,7 @@ fn read(c: &mut Criterion) {
             let fixture = fixture();
             let mut buf = Vec::with_capacity(2 * READ_MAX_BYTES);
             b.iter_custom(|iters| {
-                let start = Instant::now();
+                let start = Stopwatch::start(true);
                 for _ in 0..iters {
                     criterion::black_box(log_read_all(&fixture.log, &mut buf));
                 }
