@@ -129,16 +129,41 @@ pub async fn run_with_listener(
     Ok(())
 }
 
-/// Applies every partition's retention every `log.retention.check.interval.ms`.
+/// Housekeeping: every second, fsync logs whose `flush.ms` is due; every `log.retention.check.interval.ms`,
+/// apply retention.
 async fn retention_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Receiver<bool>) {
-    let every = Duration::from_millis(broker.config.retention_check_interval_ms.max(1) as u64);
+    let retention_every =
+        Duration::from_millis(broker.config.retention_check_interval_ms.max(1) as u64);
+    let tick = retention_every.min(Duration::from_secs(1));
+    let mut next_retention = tokio::time::Instant::now() + retention_every;
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(tick) => {}
+            _ = crate::stopped(&mut stop) => return,
+        }
+        let run_retention = tokio::time::Instant::now() >= next_retention;
+        if run_retention {
+            next_retention = tokio::time::Instant::now() + retention_every;
         }
         let b = broker.clone();
-        let _ = tokio::task::spawn_blocking(move || apply_retention(&b)).await;
+        let _ = tokio::task::spawn_blocking(move || {
+            flush_due(&b);
+            if run_retention {
+                apply_retention(&b);
+            }
+        })
+        .await;
+    }
+}
+
+fn flush_due(broker: &Broker) {
+    let now = now_ms();
+    for topic in broker.topics.all() {
+        for p in &topic.partitions {
+            if let Err(e) = p.log.lock().flush_if_due(now) {
+                tracing::warn!(topic = %topic.name, partition = p.index, error = %e, "flush failed");
+            }
+        }
     }
 }
 
@@ -197,4 +222,9 @@ pub async fn shutdown_signal() {
     {
         let _ = tokio::signal::ctrl_c().await;
     }
+}
+
+/// Resolves once `stop` is true (or its sender is gone). Keeps the watch guard inside, so callers stay `Send`.
+pub(crate) async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
 }

@@ -51,7 +51,7 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, mut stop: watch::
                 }
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            _ = stop.wait_for(|s| *s) => break,
+            _ = crate::stopped(&mut stop) => break,
         }
     }
     drop(listener);
@@ -78,7 +78,7 @@ async fn connection(
                 Ok(Err(_)) => return Ok(()), // peer closed
                 Ok(Ok(_)) => {}
             },
-            _ = stop.wait_for(|s| *s) => return Ok(()),
+            _ = crate::stopped(&mut stop) => return Ok(()),
         }
         let size = i32::from_be_bytes(size);
         if size < 8 || size as usize > max {

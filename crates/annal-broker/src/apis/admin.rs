@@ -36,7 +36,9 @@ pub async fn create_topics(
     let mut seen = std::collections::HashSet::new();
     for t in req.topics {
         let name = t.name.0.to_string();
-        let mut result = CreatableTopicResult::default().with_name(t.name.clone());
+        let mut result = CreatableTopicResult::default()
+            .with_error_message(None)
+            .with_name(t.name.clone());
         if !seen.insert(name.clone()) {
             result.error_code = code::INVALID_REQUEST;
             result.error_message = Some(s(format!(
@@ -231,7 +233,9 @@ pub async fn delete_topics(
             Some(n) => broker.topics.get(n),
             None => broker.topics.get_by_id(id),
         };
-        let mut r = DeletableTopicResult::default().with_name(name.as_deref().map(topic_name));
+        let mut r = DeletableTopicResult::default()
+            .with_error_message(None)
+            .with_name(name.as_deref().map(topic_name));
         if version >= 6 {
             r.topic_id = topic.as_ref().map(|t| t.id).unwrap_or(id);
         }
@@ -293,7 +297,9 @@ pub async fn create_partitions(
     let mut results = Vec::new();
     for t in req.topics {
         let name = t.name.0.to_string();
-        let mut r = CreatePartitionsTopicResult::default().with_name(t.name.clone());
+        let mut r = CreatePartitionsTopicResult::default()
+            .with_error_message(None)
+            .with_name(t.name.clone());
         let failure: Option<Failure> = match broker.topics.get(&name) {
             None => Some((
                 code::UNKNOWN_TOPIC_OR_PARTITION,
@@ -315,25 +321,31 @@ pub async fn create_partitions(
                             t.count
                         ),
                     ))
-                } else if let Some(bad) = t.assignments.as_ref().and_then(|a| {
-                    if a.len() as i32 != t.count - current {
-                        return Some(format!(
-                            "{} assignments given for {} new partitions",
-                            a.len(),
-                            t.count - current
-                        ));
-                    }
-                    a.iter()
-                        .find(|x| {
-                            x.broker_ids.iter().map(|b| b.0).collect::<Vec<_>>() != vec![node]
-                        })
-                        .map(|x| {
-                            format!(
+                } else if let Some(bad) =
+                    t.assignments
+                        .as_ref()
+                        .filter(|a| !a.is_empty())
+                        .and_then(|a| {
+                            if a.len() as i32 != t.count - current {
+                                return Some(format!(
+                                    "{} assignments given for {} new partitions",
+                                    a.len(),
+                                    t.count - current
+                                ));
+                            }
+                            a.iter()
+                                .find(|x| {
+                                    x.broker_ids.iter().map(|b| b.0).collect::<Vec<_>>()
+                                        != vec![node]
+                                })
+                                .map(|x| {
+                                    format!(
                                 "assignment {:?} names brokers other than {node}, the only broker",
                                 x.broker_ids.iter().map(|b| b.0).collect::<Vec<_>>()
                             )
+                                })
                         })
-                }) {
+                {
                     Some((code::INVALID_REPLICA_ASSIGNMENT, bad))
                 } else if req.validate_only {
                     None

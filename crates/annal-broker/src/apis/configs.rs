@@ -34,9 +34,11 @@ pub async fn describe(
         let wanted = |key: &str| {
             r.configuration_keys
                 .as_ref()
+                .filter(|keys| !keys.is_empty())
                 .map_or(true, |keys| keys.iter().any(|k| k.as_str() == key))
         };
         let mut result = DescribeConfigsResult::default()
+            .with_error_message(None)
             .with_resource_type(r.resource_type)
             .with_resource_name(r.resource_name.clone());
         match r.resource_type {
@@ -195,6 +197,7 @@ pub async fn alter(
             }
         };
         let mut resp = alter_configs_response::AlterConfigsResourceResponse::default()
+            .with_error_message(None)
             .with_resource_type(r.resource_type)
             .with_resource_name(r.resource_name);
         if let Err((error, msg)) = outcome {
@@ -239,6 +242,7 @@ pub async fn incremental_alter(
             }
         };
         let mut resp = incremental_alter_configs_response::AlterConfigsResourceResponse::default()
+            .with_error_message(None)
             .with_resource_type(r.resource_type)
             .with_resource_name(r.resource_name);
         if let Err((error, msg)) = outcome {

@@ -140,6 +140,7 @@ pub async fn describe_cluster(
 ) -> DescribeClusterResponse {
     let node = BrokerId(broker.config.node_id);
     let mut resp = DescribeClusterResponse::default()
+        .with_error_message(None)
         .with_cluster_id(s(broker.cluster_id.clone()))
         .with_controller_id(node)
         .with_endpoint_type(req.endpoint_type)

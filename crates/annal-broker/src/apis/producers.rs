@@ -50,7 +50,9 @@ pub async fn describe_producers(
     for t in req.topics {
         let mut partitions = Vec::new();
         for index in t.partition_indexes {
-            let mut r = PartitionResponse::default().with_partition_index(index);
+            let mut r = PartitionResponse::default()
+                .with_error_message(None)
+                .with_partition_index(index);
             match partition(broker, &t.name.0, index) {
                 None => {
                     r.error_code = code::UNKNOWN_TOPIC_OR_PARTITION;
