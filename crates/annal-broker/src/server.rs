@@ -88,30 +88,15 @@ async fn connection(
             )));
         }
         let size = size as usize;
-        let permit = budget
-            .clone()
-            .acquire_many_owned(size as u32)
-            .await
-            .map_err(|_| Close("shutting down".into()))?;
-        // Grow with the bytes that actually arrive: a peer that declares a large frame and stalls holds little.
-        let mut frame = Vec::with_capacity(size.min(64 * 1024));
-        let read = tokio::time::timeout(
-            idle,
-            (&mut stream).take(size as u64).read_to_end(&mut frame),
-        )
-        .await;
-        match read {
+        let read = tokio::time::timeout(idle, read_frame(&mut stream, size, &budget)).await;
+        let (frame, permit) = match read {
             Err(_) => {
                 return Err(Close(
                     "frame not completed within connections.max.idle.ms".into(),
                 ))
             }
-            Ok(Err(e)) => return Err(Close(format!("read failed: {e}"))),
-            Ok(Ok(n)) if n < size => {
-                return Err(Close(format!("truncated frame: {n} of {size} bytes")))
-            }
-            Ok(Ok(_)) => {}
-        }
+            Ok(r) => r?,
+        };
         let response = handle_frame(&broker, Bytes::from(frame)).await?;
         drop(permit);
         if let Some(response) = response {
@@ -121,6 +106,52 @@ async fn connection(
                 .map_err(|e| Close(format!("write failed: {e}")))?;
         }
     }
+}
+
+/// Reads a `size`-byte frame body. Memory follows the bytes that actually arrive (a peer that declares a large
+/// frame and stalls holds little), and every byte held is first taken from the shared `budget`, so many large
+/// requests at once wait for memory instead of exhausting it.
+async fn read_frame(
+    stream: &mut TcpStream,
+    size: usize,
+    budget: &Arc<Semaphore>,
+) -> Result<(Vec<u8>, Option<tokio::sync::OwnedSemaphorePermit>), Close> {
+    const CHUNK: usize = 64 * 1024;
+    let mut frame: Vec<u8> = Vec::with_capacity(size.min(CHUNK));
+    let mut held: Option<tokio::sync::OwnedSemaphorePermit> = None;
+    while frame.len() < size {
+        let want = (size - frame.len()).min(CHUNK);
+        let permit = budget
+            .clone()
+            .acquire_many_owned(want as u32)
+            .await
+            .map_err(|_| Close("shutting down".into()))?;
+        match held.as_mut() {
+            Some(h) => h.merge(permit),
+            None => held = Some(permit),
+        }
+        frame.reserve(want);
+        let n = (&mut *stream)
+            .take(want as u64)
+            .read_buf(&mut frame)
+            .await
+            .map_err(|e| Close(format!("read failed: {e}")))?;
+        if n == 0 {
+            return Err(Close(format!(
+                "truncated frame: {} of {size} bytes",
+                frame.len()
+            )));
+        }
+        // Give back what was reserved for bytes that did not arrive yet.
+        if n < want {
+            if let Some(h) = held.as_mut() {
+                if let Some(unused) = h.split(want - n) {
+                    drop(unused);
+                }
+            }
+        }
+    }
+    Ok((frame, held))
 }
 
 /// The fields every request header starts with, read without trusting the rest of the frame.
