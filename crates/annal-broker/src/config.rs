@@ -1,6 +1,225 @@
 //! Broker configuration: Kafka's `server.properties` names, embedded defaults, overrides.
+//!
+//! Every setting Annal honours is declared once in [`BROKER_SETTINGS`] with its Kafka name, kind and default, so
+//! parsing, validation and DescribeConfigs (broker resource) all read the same table. Kafka settings that make no
+//! sense for a single Annal node (thread counts, KRaft quorum, ZooKeeper) are accepted with a warning so that a
+//! Kafka user's `server.properties` starts; anything else unknown is an error naming the setting.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context};
+
+/// What values a setting accepts.
+#[derive(Debug, Clone, Copy)]
+pub enum Kind {
+    Bool,
+    /// A 32-bit integer in `[min, max]`.
+    Int {
+        min: i64,
+        max: i64,
+    },
+    /// A 64-bit integer in `[min, max]`.
+    Long {
+        min: i64,
+        max: i64,
+    },
+    /// One of the listed strings.
+    Choice(&'static [&'static str]),
+    /// Any string (paths, listeners).
+    Text,
+    /// A comma-separated list whose items are each one of the listed strings.
+    List(&'static [&'static str]),
+}
+
+impl Kind {
+    /// Checks `value` and returns it normalized (trimmed); the error says what is accepted.
+    pub fn validate(&self, name: &str, value: &str) -> anyhow::Result<String> {
+        let v = value.trim();
+        match *self {
+            Kind::Bool => match v.to_ascii_lowercase().as_str() {
+                "true" | "false" => Ok(v.to_ascii_lowercase()),
+                _ => bail!("invalid value '{value}' for {name}: expected true or false"),
+            },
+            Kind::Int { min, max } | Kind::Long { min, max } => {
+                let n: i64 = v.parse().map_err(|_| {
+                    anyhow!("invalid value '{value}' for {name}: expected an integer")
+                })?;
+                if n < min || n > max {
+                    bail!("invalid value {n} for {name}: must be between {min} and {max}");
+                }
+                Ok(n.to_string())
+            }
+            Kind::Choice(options) => {
+                if options.contains(&v) {
+                    Ok(v.to_string())
+                } else {
+                    bail!(
+                        "invalid value '{value}' for {name}: expected one of {}",
+                        options.join(", ")
+                    )
+                }
+            }
+            Kind::Text => Ok(v.to_string()),
+            Kind::List(options) => {
+                let items: Vec<&str> = v.split(',').map(str::trim).collect();
+                for item in &items {
+                    if !options.contains(item) {
+                        bail!(
+                            "invalid value '{value}' for {name}: each item must be one of {}",
+                            options.join(", ")
+                        );
+                    }
+                }
+                Ok(items.join(","))
+            }
+        }
+    }
+
+    /// Kafka's ConfigType code for DescribeConfigs v3+ (1 BOOLEAN, 2 STRING, 3 INT, 5 LONG, 7 LIST).
+    pub fn config_type(&self) -> i8 {
+        match self {
+            Kind::Bool => 1,
+            Kind::Int { .. } => 3,
+            Kind::Long { .. } => 5,
+            Kind::Choice(_) | Kind::Text => 2,
+            Kind::List(_) => 7,
+        }
+    }
+}
+
+const I32: (i64, i64) = (i32::MIN as i64, i32::MAX as i64);
+const fn int(min: i64) -> Kind {
+    Kind::Int { min, max: I32.1 }
+}
+const fn long(min: i64) -> Kind {
+    Kind::Long { min, max: i64::MAX }
+}
+
+/// One broker setting Annal honours.
+pub struct Setting {
+    pub name: &'static str,
+    pub kind: Kind,
+    /// Kafka's default, as Kafka prints it; `None` when the default is computed (e.g. from `listeners`).
+    pub default: Option<&'static str>,
+}
+
+const fn setting(name: &'static str, kind: Kind, default: &'static str) -> Setting {
+    Setting {
+        name,
+        kind,
+        default: Some(default),
+    }
+}
+
+/// Broker settings Annal honours, with Kafka's names and defaults.
+pub const BROKER_SETTINGS: &[Setting] = &[
+    setting("node.id", int(0), "0"),
+    setting("broker.id", int(0), "0"),
+    Setting {
+        name: "log.dirs",
+        kind: Kind::Text,
+        default: None,
+    },
+    Setting {
+        name: "log.dir",
+        kind: Kind::Text,
+        default: None,
+    },
+    Setting {
+        name: "listeners",
+        kind: Kind::Text,
+        default: None,
+    },
+    Setting {
+        name: "advertised.listeners",
+        kind: Kind::Text,
+        default: None,
+    },
+    setting("num.partitions", int(1), "1"),
+    setting(
+        "default.replication.factor",
+        Kind::Int {
+            min: 1,
+            max: i16::MAX as i64,
+        },
+        "1",
+    ),
+    setting("min.insync.replicas", int(1), "1"),
+    setting("auto.create.topics.enable", Kind::Bool, "true"),
+    setting("delete.topic.enable", Kind::Bool, "true"),
+    setting("message.max.bytes", int(0), "1048588"),
+    setting("log.retention.ms", long(-1), "604800000"),
+    Setting {
+        name: "log.retention.minutes",
+        kind: int(-1),
+        default: None,
+    },
+    setting("log.retention.hours", int(-1), "168"),
+    setting("log.retention.bytes", long(-1), "-1"),
+    setting("log.segment.bytes", int(14), "1073741824"),
+    setting("log.roll.ms", long(1), "604800000"),
+    setting("log.roll.hours", int(1), "168"),
+    setting("log.retention.check.interval.ms", long(1), "300000"),
+    setting(
+        "log.cleanup.policy",
+        Kind::List(&["delete", "compact"]),
+        "delete",
+    ),
+    setting(
+        "log.message.timestamp.type",
+        Kind::Choice(&["CreateTime", "LogAppendTime"]),
+        "CreateTime",
+    ),
+    setting("log.index.interval.bytes", int(0), "4096"),
+    setting("log.index.size.max.bytes", int(4), "10485760"),
+    setting(
+        "log.flush.interval.messages",
+        long(1),
+        "9223372036854775807",
+    ),
+    setting("log.flush.interval.ms", long(0), "9223372036854775807"),
+    setting("socket.request.max.bytes", int(1), "104857600"),
+    setting("connections.max.idle.ms", long(1), "600000"),
+    setting("producer.id.expiration.ms", int(1), "86400000"),
+    setting("transactional.id.expiration.ms", int(1), "604800000"),
+];
+
+/// Kafka settings that have no effect on a single Annal node; accepted (with a warning) so a Kafka
+/// `server.properties` can be used as is.
+pub const IGNORED_KAFKA_SETTINGS: &[&str] = &[
+    "num.network.threads",
+    "num.io.threads",
+    "num.replica.fetchers",
+    "socket.send.buffer.bytes",
+    "socket.receive.buffer.bytes",
+    "num.recovery.threads.per.data.dir",
+    "offsets.topic.replication.factor",
+    "offsets.topic.num.partitions",
+    "transaction.state.log.replication.factor",
+    "transaction.state.log.min.isr",
+    "group.initial.rebalance.delay.ms",
+    "process.roles",
+    "controller.quorum.voters",
+    "controller.quorum.bootstrap.servers",
+    "controller.listener.names",
+    "inter.broker.listener.name",
+    "listener.security.protocol.map",
+    "zookeeper.connect",
+    "zookeeper.connection.timeout.ms",
+    "log.cleaner.enable",
+    "share.coordinator.state.topic.replication.factor",
+    "share.coordinator.state.topic.min.isr",
+];
+
+/// Where a resolved setting's value came from (Kafka's DescribeConfigs source codes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Set in the config file or an override: STATIC_BROKER_CONFIG (4).
+    Static,
+    /// Kafka's default: DEFAULT_CONFIG (5).
+    Default,
+}
 
 /// The broker's resolved configuration.
 #[derive(Debug, Clone)]
@@ -9,6 +228,33 @@ pub struct BrokerConfig {
     pub data_dir: PathBuf,
     /// `HOST:PORT` to listen on.
     pub listen: String,
+    /// `HOST:PORT` clients are told to connect to; `None` means the listener's bound address (with a wildcard
+    /// host replaced by 127.0.0.1, because clients such as librdkafka cannot connect to 0.0.0.0 and may resolve
+    /// `localhost` to ::1).
+    pub advertised: Option<(String, u16)>,
+    pub node_id: i32,
+    pub num_partitions: i32,
+    pub default_replication_factor: i16,
+    pub min_insync_replicas: i32,
+    pub auto_create_topics: bool,
+    pub delete_topic_enable: bool,
+    pub message_max_bytes: i32,
+    pub retention_ms: i64,
+    pub retention_bytes: i64,
+    pub segment_bytes: i32,
+    pub roll_ms: i64,
+    pub retention_check_interval_ms: i64,
+    pub cleanup_policy: String,
+    pub message_timestamp_type: String,
+    pub index_interval_bytes: i32,
+    pub segment_index_bytes: i32,
+    pub flush_messages: i64,
+    pub flush_ms: i64,
+    pub socket_request_max_bytes: i32,
+    pub connections_max_idle_ms: i64,
+    pub producer_id_expiration_ms: i64,
+    /// Every honoured setting's effective value and source, for DescribeConfigs on the broker resource.
+    pub described: BTreeMap<String, (String, Source)>,
 }
 
 impl BrokerConfig {
@@ -21,10 +267,348 @@ impl BrokerConfig {
         data_dir: Option<PathBuf>,
         listen: Option<String>,
     ) -> anyhow::Result<Self> {
-        let _ = (config_file, overrides);
+        let mut explicit: BTreeMap<String, String> = BTreeMap::new();
+        if let Some(path) = config_file {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read config file {}", path.display()))?;
+            for (line_no, key, value) in parse_properties(&text) {
+                set(&mut explicit, &key, &value)
+                    .with_context(|| format!("{}:{line_no}", path.display()))?;
+            }
+        }
+        for entry in overrides {
+            let (key, value) = entry.split_once('=').ok_or_else(|| {
+                anyhow!("invalid --override '{entry}': expected key=value, e.g. --override num.partitions=3")
+            })?;
+            set(&mut explicit, key.trim(), value).with_context(|| format!("--override {entry}"))?;
+        }
+        Self::resolve(explicit, data_dir, listen)
+    }
+
+    fn resolve(
+        explicit: BTreeMap<String, String>,
+        data_dir: Option<PathBuf>,
+        listen: Option<String>,
+    ) -> anyhow::Result<Self> {
+        let get = |name: &str| -> Option<String> {
+            explicit.get(name).cloned().or_else(|| {
+                BROKER_SETTINGS
+                    .iter()
+                    .find(|s| s.name == name)
+                    .and_then(|s| s.default.map(str::to_string))
+            })
+        };
+        let num = |name: &str| -> i64 { get(name).and_then(|v| v.parse().ok()).unwrap_or(0) };
+
+        let node_id = if explicit.contains_key("node.id") {
+            num("node.id")
+        } else {
+            num("broker.id")
+        };
+        let dirs = explicit.get("log.dirs").or_else(|| explicit.get("log.dir"));
+        let data_dir = match (data_dir, dirs) {
+            (Some(d), _) => d,
+            (None, Some(dirs)) => {
+                let list: Vec<&str> = dirs
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .collect();
+                if list.len() != 1 {
+                    bail!("log.dirs='{dirs}': Annal stores a node's data in exactly one directory; give one path");
+                }
+                PathBuf::from(list[0])
+            }
+            (None, None) => PathBuf::from("annal-data"),
+        };
+        let listen = match (listen, explicit.get("listeners")) {
+            (Some(l), _) => l,
+            (None, Some(l)) => parse_listener("listeners", l)?,
+            (None, None) => "127.0.0.1:9092".to_string(),
+        };
+        let advertised = match explicit.get("advertised.listeners") {
+            Some(l) => {
+                let hp = parse_listener("advertised.listeners", l)?;
+                let (host, port) = split_host_port(&hp).ok_or_else(|| {
+                    anyhow!("advertised.listeners='{l}': expected PLAINTEXT://HOST:PORT")
+                })?;
+                Some((host, port))
+            }
+            None => None,
+        };
+        if split_host_port(&listen).is_none() {
+            bail!("listen address '{listen}' is not HOST:PORT (e.g. 127.0.0.1:9092)");
+        }
+        // Kafka's precedence: log.retention.ms, then .minutes, then .hours.
+        let retention_ms = if explicit.contains_key("log.retention.ms") {
+            num("log.retention.ms")
+        } else if let Some(m) = explicit.get("log.retention.minutes") {
+            let m: i64 = m.parse().unwrap_or(0);
+            if m < 0 {
+                -1
+            } else {
+                m * 60_000
+            }
+        } else if explicit.contains_key("log.retention.hours") {
+            let h = num("log.retention.hours");
+            if h < 0 {
+                -1
+            } else {
+                h * 3_600_000
+            }
+        } else {
+            num("log.retention.ms")
+        };
+        let roll_ms = if explicit.contains_key("log.roll.ms") {
+            num("log.roll.ms")
+        } else if explicit.contains_key("log.roll.hours") {
+            num("log.roll.hours") * 3_600_000
+        } else {
+            num("log.roll.ms")
+        };
+        let replication_factor = num("default.replication.factor");
+        if replication_factor > 1 {
+            bail!("default.replication.factor={replication_factor} cannot be met: this Annal node is a single broker; use 1");
+        }
+
+        let mut described = BTreeMap::new();
+        for s in BROKER_SETTINGS {
+            let (value, source) = match explicit.get(s.name) {
+                Some(v) => (v.clone(), Source::Static),
+                None => match s.default {
+                    Some(d) => (d.to_string(), Source::Default),
+                    None => continue,
+                },
+            };
+            described.insert(s.name.to_string(), (value, source));
+        }
+        described.insert(
+            "log.retention.ms".into(),
+            (
+                retention_ms.to_string(),
+                source_of(&explicit, "log.retention"),
+            ),
+        );
+        described.insert(
+            "log.roll.ms".into(),
+            (roll_ms.to_string(), source_of(&explicit, "log.roll")),
+        );
+        described.insert(
+            "node.id".into(),
+            (node_id.to_string(), source_of(&explicit, "node.id")),
+        );
+        described.insert(
+            "broker.id".into(),
+            (node_id.to_string(), source_of(&explicit, "broker.id")),
+        );
+        described.insert(
+            "log.dirs".into(),
+            (data_dir.display().to_string(), Source::Static),
+        );
+        described.insert(
+            "listeners".into(),
+            (format!("PLAINTEXT://{listen}"), Source::Static),
+        );
+
         Ok(BrokerConfig {
-            data_dir: data_dir.unwrap_or_else(|| PathBuf::from("annal-data")),
-            listen: listen.unwrap_or_else(|| "127.0.0.1:9092".to_string()),
+            data_dir,
+            listen,
+            advertised,
+            node_id: node_id as i32,
+            num_partitions: num("num.partitions") as i32,
+            default_replication_factor: replication_factor as i16,
+            min_insync_replicas: num("min.insync.replicas") as i32,
+            auto_create_topics: get("auto.create.topics.enable").as_deref() == Some("true"),
+            delete_topic_enable: get("delete.topic.enable").as_deref() == Some("true"),
+            message_max_bytes: num("message.max.bytes") as i32,
+            retention_ms,
+            retention_bytes: num("log.retention.bytes"),
+            segment_bytes: num("log.segment.bytes") as i32,
+            roll_ms,
+            retention_check_interval_ms: num("log.retention.check.interval.ms"),
+            cleanup_policy: get("log.cleanup.policy").unwrap_or_default(),
+            message_timestamp_type: get("log.message.timestamp.type").unwrap_or_default(),
+            index_interval_bytes: num("log.index.interval.bytes") as i32,
+            segment_index_bytes: num("log.index.size.max.bytes") as i32,
+            flush_messages: num("log.flush.interval.messages"),
+            flush_ms: num("log.flush.interval.ms"),
+            socket_request_max_bytes: num("socket.request.max.bytes") as i32,
+            connections_max_idle_ms: num("connections.max.idle.ms"),
+            producer_id_expiration_ms: num("producer.id.expiration.ms"),
+            described,
         })
+    }
+}
+
+fn source_of(explicit: &BTreeMap<String, String>, prefix: &str) -> Source {
+    if explicit.keys().any(|k| k.starts_with(prefix)) {
+        Source::Static
+    } else {
+        Source::Default
+    }
+}
+
+/// Validates and records one `key=value`; unknown keys are an error unless Kafka-only and harmless.
+fn set(explicit: &mut BTreeMap<String, String>, key: &str, value: &str) -> anyhow::Result<()> {
+    if let Some(s) = BROKER_SETTINGS.iter().find(|s| s.name == key) {
+        let v = s.kind.validate(key, value)?;
+        explicit.insert(key.to_string(), v);
+        Ok(())
+    } else if IGNORED_KAFKA_SETTINGS.contains(&key) {
+        tracing::warn!(
+            setting = key,
+            "Kafka setting has no effect on an Annal node; ignored"
+        );
+        Ok(())
+    } else {
+        let close: Vec<&str> = BROKER_SETTINGS
+            .iter()
+            .map(|s| s.name)
+            .filter(|n| {
+                n.split('.')
+                    .any(|part| part.len() > 3 && key.contains(part))
+            })
+            .take(3)
+            .collect();
+        let hint = if close.is_empty() {
+            String::new()
+        } else {
+            format!(" (did you mean {}?)", close.join(" or "))
+        };
+        bail!("unknown setting '{key}'{hint}; Annal uses Kafka's broker setting names")
+    }
+}
+
+/// Parses Java properties text: `key=value` or `key: value`, `#`/`!` comments, `\` line continuations.
+/// Returns (line number, key, value).
+pub fn parse_properties(text: &str) -> Vec<(usize, String, String)> {
+    let mut out = Vec::new();
+    let mut pending: Option<(usize, String)> = None;
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim_start();
+        let (start, mut logical) = match pending.take() {
+            Some((start, acc)) => (start, acc + line),
+            None => {
+                if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+                    continue;
+                }
+                (i + 1, line.to_string())
+            }
+        };
+        if logical.ends_with('\\') && !logical.ends_with("\\\\") {
+            logical.pop();
+            pending = Some((start, logical));
+            continue;
+        }
+        let logical = logical.trim_end();
+        let split = logical.find(['=', ':']);
+        let (key, value) = match split {
+            Some(p) => (&logical[..p], &logical[p + 1..]),
+            None => (logical, ""),
+        };
+        out.push((start, key.trim().to_string(), value.trim().to_string()));
+    }
+    if let Some((start, acc)) = pending {
+        if let Some(p) = acc.find(['=', ':']) {
+            out.push((
+                start,
+                acc[..p].trim().to_string(),
+                acc[p + 1..].trim().to_string(),
+            ));
+        }
+    }
+    out
+}
+
+/// `PLAINTEXT://host:port[,...]` → `host:port` of the single PLAINTEXT listener.
+fn parse_listener(name: &str, value: &str) -> anyhow::Result<String> {
+    let list: Vec<&str> = value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    if list.len() != 1 {
+        bail!("{name}='{value}': Annal serves exactly one PLAINTEXT listener; give one, e.g. PLAINTEXT://127.0.0.1:9092");
+    }
+    let (proto, addr) = list[0]
+        .split_once("://")
+        .ok_or_else(|| anyhow!("{name}='{value}': expected PLAINTEXT://HOST:PORT"))?;
+    if !proto.eq_ignore_ascii_case("PLAINTEXT") {
+        bail!("{name}='{value}': only PLAINTEXT listeners are supported (no TLS/SASL yet)");
+    }
+    let addr = if addr.starts_with(':') {
+        format!("0.0.0.0{addr}")
+    } else {
+        addr.to_string()
+    };
+    split_host_port(&addr)
+        .ok_or_else(|| anyhow!("{name}='{value}': expected PLAINTEXT://HOST:PORT"))?;
+    Ok(addr)
+}
+
+/// Splits `host:port` (IPv6 hosts in brackets).
+pub fn split_host_port(s: &str) -> Option<(String, u16)> {
+    let (host, port) = s.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return None;
+    }
+    Some((host.to_string(), port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_kafkas() {
+        let c = BrokerConfig::load(None, &[], None, None).unwrap();
+        assert_eq!(c.listen, "127.0.0.1:9092");
+        assert_eq!(c.num_partitions, 1);
+        assert_eq!(c.message_max_bytes, 1_048_588);
+        assert_eq!(c.retention_ms, 168 * 3_600_000);
+        assert_eq!(c.socket_request_max_bytes, 104_857_600);
+        assert!(c.auto_create_topics);
+    }
+
+    #[test]
+    fn file_then_overrides() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("server.properties");
+        std::fs::write(
+            &path,
+            "# comment\nnum.partitions=3\nlog.retention.hours = 1\nnum.io.threads=8\nlisteners=PLAINTEXT://:9093\nlog.dirs=/tmp/x\n",
+        )
+        .unwrap();
+        let c = BrokerConfig::load(Some(&path), &["num.partitions=5".into()], None, None).unwrap();
+        assert_eq!(c.num_partitions, 5);
+        assert_eq!(c.retention_ms, 3_600_000);
+        assert_eq!(c.listen, "0.0.0.0:9093");
+        assert_eq!(c.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(
+            c.described["num.partitions"],
+            ("5".to_string(), Source::Static)
+        );
+    }
+
+    #[test]
+    fn unknown_and_invalid_settings_are_errors() {
+        let e = BrokerConfig::load(None, &["num.partition=3".into()], None, None).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("unknown setting 'num.partition'"),
+            "{e:#}"
+        );
+        let e = BrokerConfig::load(None, &["num.partitions=zero".into()], None, None).unwrap_err();
+        assert!(format!("{e:#}").contains("expected an integer"), "{e:#}");
+        let e = BrokerConfig::load(None, &["num.partitions=0".into()], None, None).unwrap_err();
+        assert!(format!("{e:#}").contains("between 1"), "{e:#}");
+        let e = BrokerConfig::load(None, &["auto.create.topics.enable=yes".into()], None, None)
+            .unwrap_err();
+        assert!(format!("{e:#}").contains("true or false"), "{e:#}");
+        let e = BrokerConfig::load(None, &["default.replication.factor=3".into()], None, None)
+            .unwrap_err();
+        assert!(format!("{e:#}").contains("single broker"), "{e:#}");
+        assert!(BrokerConfig::load(None, &["novalue".into()], None, None).is_err());
     }
 }

@@ -2,10 +2,48 @@
 //!
 //! Entry point: [`run`] serves the Kafka protocol on the configured listener until `shutdown` resolves.
 //! Storage is delegated to [`annal_log`]; this crate knows the network, the engine knows the disk.
+//!
+//! Modules: [`config`] (server.properties), [`server`] (framing, limits, connections), [`apis`] (one module per
+//! Kafka API), [`topics`] (registry + partition logs), [`topic_config`], [`producer_ids`], [`cluster_meta`].
 
+pub mod apis;
+pub mod cluster_meta;
 pub mod config;
+pub mod durable;
+pub mod producer_ids;
+pub mod producer_state;
+pub mod server;
+pub mod topic_config;
+pub mod topics;
+
+use std::sync::Arc;
+use std::time::Duration;
 
 pub use config::BrokerConfig;
+
+use crate::producer_ids::ProducerIds;
+use crate::topics::Topics;
+
+/// Everything a request handler needs.
+pub struct Broker {
+    pub config: BrokerConfig,
+    pub cluster_id: String,
+    pub topics: Topics,
+    pub producer_ids: ProducerIds,
+    /// The host and port clients are told to connect to.
+    pub advertised: (String, u16),
+    /// Bumped after every append, so long-polling fetches wake up and look again.
+    pub appended: tokio::sync::watch::Sender<u64>,
+    /// Becomes true when the broker shuts down; long polls end early.
+    pub shutting_down: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Broker {
+    /// Wakes long-polling fetches after an append.
+    pub fn notify_appended(&self) {
+        self.appended.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
 
 /// Runs the broker until `shutdown` resolves, then stops accepting, finishes in-flight requests, flushes every
 /// partition and marks a clean shutdown.
@@ -13,6 +51,180 @@ pub async fn run(
     config: BrokerConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let _ = (config, shutdown);
-    anyhow::bail!("the broker is not built yet")
+    let listener = tokio::net::TcpListener::bind(&config.listen)
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot listen on {}: {e}; pick another address with --listen HOST:PORT",
+                config.listen
+            )
+        })?;
+    run_with_listener(config, listener, shutdown).await
+}
+
+/// Like [`run`], on a listener the caller bound (tests bind 127.0.0.1:0 and read the port first).
+pub async fn run_with_listener(
+    config: BrokerConfig,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot create data directory {}: {e}",
+            config.data_dir.display()
+        )
+    })?;
+    let cluster_id = cluster_meta::load_or_create(&config.data_dir, config.node_id)?;
+    let producer_ids = ProducerIds::open(&config.data_dir)?;
+    let topics = Topics::open(&config)?;
+    let local = listener.local_addr()?;
+    let advertised = match &config.advertised {
+        Some(a) => a.clone(),
+        None => {
+            // A wildcard bind is not an address clients can use; 127.0.0.1 (not "localhost", which librdkafka
+            // may resolve to ::1) is right for the zero-configuration single-machine case.
+            let host = if local.ip().is_unspecified() {
+                "127.0.0.1".to_string()
+            } else {
+                local.ip().to_string()
+            };
+            (host, local.port())
+        }
+    };
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (appended, _) = tokio::sync::watch::channel(0u64);
+    let broker = Arc::new(Broker {
+        config,
+        cluster_id,
+        topics,
+        producer_ids,
+        advertised,
+        appended,
+        shutting_down: stop_rx.clone(),
+    });
+    tracing::info!(
+        listen = %local, advertised = %format!("{}:{}", broker.advertised.0, broker.advertised.1),
+        data_dir = %broker.config.data_dir.display(), cluster_id = %broker.cluster_id,
+        "annal broker started"
+    );
+
+    let retention = tokio::spawn(retention_loop(broker.clone(), stop_rx.clone()));
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    server::serve(listener, broker.clone(), stop_rx).await;
+    retention.abort();
+    let _ = retention.await;
+
+    tracing::info!("flushing and closing partitions");
+    let broker = Arc::try_unwrap(broker).map_err(|_| ()).ok();
+    match broker {
+        Some(b) => tokio::task::spawn_blocking(move || b.topics.close_all()).await?,
+        None => {
+            tracing::warn!("requests still running at shutdown; partitions were not closed cleanly")
+        }
+    }
+    tracing::info!("annal broker stopped");
+    Ok(())
+}
+
+/// Housekeeping: every second, fsync logs whose `flush.ms` is due; every `log.retention.check.interval.ms`,
+/// apply retention.
+async fn retention_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let retention_every =
+        Duration::from_millis(broker.config.retention_check_interval_ms.max(1) as u64);
+    let tick = retention_every.min(Duration::from_secs(1));
+    let mut next_retention = tokio::time::Instant::now() + retention_every;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(tick) => {}
+            _ = crate::stopped(&mut stop) => return,
+        }
+        let run_retention = tokio::time::Instant::now() >= next_retention;
+        if run_retention {
+            next_retention = tokio::time::Instant::now() + retention_every;
+        }
+        let b = broker.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            flush_due(&b);
+            if run_retention {
+                apply_retention(&b);
+            }
+        })
+        .await;
+    }
+}
+
+fn flush_due(broker: &Broker) {
+    let now = now_ms();
+    for topic in broker.topics.all() {
+        for p in &topic.partitions {
+            if let Err(e) = p.log.lock().flush_if_due(now) {
+                tracing::warn!(topic = %topic.name, partition = p.index, error = %e, "flush failed");
+            }
+        }
+    }
+}
+
+pub fn apply_retention(broker: &Broker) {
+    let now = now_ms();
+    for topic in broker.topics.all() {
+        for p in &topic.partitions {
+            match p.log.lock().apply_retention(now) {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::info!(topic = %topic.name, partition = p.index, segments = n, "retention deleted segments")
+                }
+                Err(e) => {
+                    tracing::warn!(topic = %topic.name, partition = p.index, error = %e, "retention failed")
+                }
+            }
+        }
+    }
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Logs to stderr; `RUST_LOG` filters (default `info`). Safe to call more than once.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Resolves on SIGTERM or SIGINT (Ctrl-C): what `annal serve` passes to [`run`].
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => tracing::info!("SIGTERM received; shutting down"),
+                    _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received; shutting down"),
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Resolves once `stop` is true (or its sender is gone). Keeps the watch guard inside, so callers stay `Send`.
+pub(crate) async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
 }

@@ -41,12 +41,11 @@ fn main() -> anyhow::Result<()> {
             config,
             overrides,
         } => {
+            annal_broker::init_tracing();
             let cfg =
                 annal_broker::BrokerConfig::load(config.as_deref(), &overrides, data_dir, listen)?;
             let rt = tokio::runtime::Runtime::new()?;
-            rt.block_on(annal_broker::run(cfg, async {
-                let _ = tokio::signal::ctrl_c().await;
-            }))
+            rt.block_on(annal_broker::run(cfg, annal_broker::shutdown_signal()))
         }
         Command::DumpLog(args) => dump::run(&args),
     }

@@ -1,0 +1,155 @@
+//! Metadata (with topic auto-creation) and DescribeCluster. A single node is the leader, only replica and whole
+//! ISR of every partition, at leader epoch 0.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{
+    BrokerId, DescribeClusterRequest, DescribeClusterResponse, MetadataRequest, MetadataResponse,
+    RequestHeader,
+};
+
+use super::{blocking, code, s, topic_name, CLUSTER_OPERATIONS, TOPIC_OPERATIONS};
+use crate::topics::{invalid_topic_name, Topic};
+use crate::Broker;
+
+pub async fn handle(
+    broker: &Arc<Broker>,
+    header: &RequestHeader,
+    req: MetadataRequest,
+) -> MetadataResponse {
+    let version = header.request_api_version;
+    let node = BrokerId(broker.config.node_id);
+    let with_ops = version >= 8 && req.include_topic_authorized_operations;
+    // v0: an empty list means all topics; v1+: null means all topics, empty means none.
+    let requested = match req.topics {
+        None => None,
+        Some(t) if t.is_empty() && version == 0 => None,
+        Some(t) => Some(t),
+    };
+    let mut topics = Vec::new();
+    match requested {
+        None => {
+            for t in broker.topics.all() {
+                topics.push(describe(&t, node, version, with_ops));
+            }
+        }
+        Some(list) => {
+            // Before v4 there is no flag and Kafka auto-creates.
+            let allow_create =
+                broker.config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
+            for rt in list {
+                let name = rt.name.map(|n| n.0.to_string());
+                let topic = match &name {
+                    Some(n) => broker.topics.get(n),
+                    None => broker.topics.get_by_id(rt.topic_id),
+                };
+                let topic = match (topic, &name) {
+                    (Some(t), _) => Some(t),
+                    (None, Some(n)) if allow_create && invalid_topic_name(n).is_none() => {
+                        let (b, n2) = (broker.clone(), n.clone());
+                        match blocking(move || {
+                            b.topics.create(
+                                &n2,
+                                b.config.num_partitions,
+                                Default::default(),
+                                &b.config,
+                            )
+                        })
+                        .await
+                        {
+                            Ok(_) => {
+                                tracing::info!(topic = %n, partitions = broker.config.num_partitions, "auto-created topic");
+                                broker.topics.get(n)
+                            }
+                            Err(e) => {
+                                tracing::error!(topic = %n, error = %format!("{e:#}"), "auto-create failed");
+                                None
+                            }
+                        }
+                    }
+                    _ => None,
+                };
+                match topic {
+                    Some(t) => topics.push(describe(&t, node, version, with_ops)),
+                    None => {
+                        let error = match &name {
+                            Some(n) if invalid_topic_name(n).is_some() => {
+                                code::INVALID_TOPIC_EXCEPTION
+                            }
+                            Some(_) => code::UNKNOWN_TOPIC_OR_PARTITION,
+                            None => code::UNKNOWN_TOPIC_ID,
+                        };
+                        topics.push(
+                            MetadataResponseTopic::default()
+                                .with_error_code(error)
+                                .with_name(name.as_deref().map(topic_name))
+                                .with_topic_id(rt.topic_id),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    let mut resp = MetadataResponse::default()
+        .with_brokers(vec![MetadataResponseBroker::default()
+            .with_node_id(node)
+            .with_host(s(broker.advertised.0.clone()))
+            .with_port(broker.advertised.1 as i32)])
+        .with_cluster_id(Some(s(broker.cluster_id.clone())))
+        .with_controller_id(node)
+        .with_topics(topics);
+    if (8..=10).contains(&version) && req.include_cluster_authorized_operations {
+        resp.cluster_authorized_operations = CLUSTER_OPERATIONS;
+    }
+    resp
+}
+
+fn describe(t: &Topic, node: BrokerId, version: i16, with_ops: bool) -> MetadataResponseTopic {
+    let partitions = t
+        .partitions
+        .iter()
+        .map(|p| {
+            MetadataResponsePartition::default()
+                .with_partition_index(p.index)
+                .with_leader_id(node)
+                .with_leader_epoch(0)
+                .with_replica_nodes(vec![node])
+                .with_isr_nodes(vec![node])
+        })
+        .collect();
+    let mut topic = MetadataResponseTopic::default()
+        .with_name(Some(topic_name(&t.name)))
+        .with_partitions(partitions);
+    if version >= 10 {
+        topic.topic_id = t.id;
+    }
+    if with_ops {
+        topic.topic_authorized_operations = TOPIC_OPERATIONS;
+    }
+    topic
+}
+
+pub async fn describe_cluster(
+    broker: &Arc<Broker>,
+    _header: &RequestHeader,
+    req: DescribeClusterRequest,
+) -> DescribeClusterResponse {
+    let node = BrokerId(broker.config.node_id);
+    let mut resp = DescribeClusterResponse::default()
+        .with_error_message(None)
+        .with_cluster_id(s(broker.cluster_id.clone()))
+        .with_controller_id(node)
+        .with_endpoint_type(req.endpoint_type)
+        .with_brokers(vec![DescribeClusterBroker::default()
+            .with_broker_id(node)
+            .with_host(s(broker.advertised.0.clone()))
+            .with_port(broker.advertised.1 as i32)]);
+    if req.include_cluster_authorized_operations {
+        resp.cluster_authorized_operations = CLUSTER_OPERATIONS;
+    }
+    resp
+}

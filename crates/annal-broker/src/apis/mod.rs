@@ -1,0 +1,229 @@
+//! One module per group of Kafka APIs. [`SUPPORTED`] is the single list of what this broker implements (and so
+//! what ApiVersions advertises); [`dispatch`] routes a decoded header to its handler.
+
+pub mod admin;
+pub mod api_versions;
+pub mod configs;
+pub mod fetch;
+pub mod metadata;
+pub mod offsets;
+pub mod produce;
+pub mod producers;
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::server::{decode, encode_response, Close};
+use crate::Broker;
+
+/// Every API this broker implements, with the versions it implements and tests (see docs/compatibility.md).
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 12),
+    (ApiKey::Fetch, 4, 17),
+    (ApiKey::ListOffsets, 1, 9),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::DeleteRecords, 0, 2),
+    (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::DescribeProducers, 0, 0),
+];
+
+pub fn supported(key: ApiKey) -> Option<(i16, i16)> {
+    SUPPORTED
+        .iter()
+        .find(|(k, _, _)| *k == key)
+        .map(|(_, a, b)| (*a, *b))
+}
+
+/// Kafka error codes used by the handlers.
+pub mod code {
+    pub const NONE: i16 = 0;
+    pub const UNKNOWN_SERVER_ERROR: i16 = -1;
+    pub const OFFSET_OUT_OF_RANGE: i16 = 1;
+    pub const CORRUPT_MESSAGE: i16 = 2;
+    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    pub const MESSAGE_TOO_LARGE: i16 = 10;
+    pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
+    pub const NOT_ENOUGH_REPLICAS: i16 = 19;
+    pub const INVALID_REQUIRED_ACKS: i16 = 21;
+    pub const UNSUPPORTED_VERSION: i16 = 35;
+    pub const TOPIC_ALREADY_EXISTS: i16 = 36;
+    pub const INVALID_PARTITIONS: i16 = 37;
+    pub const INVALID_REPLICATION_FACTOR: i16 = 38;
+    pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
+    pub const INVALID_CONFIG: i16 = 40;
+    pub const INVALID_REQUEST: i16 = 42;
+    pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+    pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+    pub const INVALID_TXN_STATE: i16 = 48;
+    pub const KAFKA_STORAGE_ERROR: i16 = 56;
+    pub const UNKNOWN_PRODUCER_ID: i16 = 59;
+    pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+    pub const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
+    pub const TOPIC_DELETION_DISABLED: i16 = 73;
+    pub const INVALID_RECORD: i16 = 87;
+    pub const UNKNOWN_TOPIC_ID: i16 = 100;
+}
+
+/// Operations bitfields for Metadata/DescribeCluster when clients ask for authorized operations: everything
+/// (Annal has no ACLs yet). Bits are Kafka's AclOperation codes.
+pub const TOPIC_OPERATIONS: i32 =
+    (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
+pub const CLUSTER_OPERATIONS: i32 =
+    (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12);
+
+pub fn s(v: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(v.into())
+}
+
+pub fn topic_name(v: &str) -> TopicName {
+    TopicName(s(v))
+}
+
+/// Decodes the body, runs the handler, encodes the response.
+macro_rules! route {
+    ($broker:expr, $key:expr, $header:expr, $buf:expr, $req:ty, $handler:path) => {{
+        let req: $req = decode($key, &mut $buf, $header.request_api_version)?;
+        let resp = $handler($broker, &$header, req).await;
+        Ok(Some(encode_response(&$header, &resp)?))
+    }};
+}
+
+pub async fn dispatch(
+    broker: &Arc<Broker>,
+    key: ApiKey,
+    header: RequestHeader,
+    mut buf: Bytes,
+) -> Result<Option<BytesMut>, Close> {
+    use kafka_protocol::messages::*;
+    match key {
+        ApiKey::ApiVersions => route!(
+            broker,
+            key,
+            header,
+            buf,
+            ApiVersionsRequest,
+            api_versions::handle
+        ),
+        ApiKey::Metadata => route!(broker, key, header, buf, MetadataRequest, metadata::handle),
+        ApiKey::DescribeCluster => route!(
+            broker,
+            key,
+            header,
+            buf,
+            DescribeClusterRequest,
+            metadata::describe_cluster
+        ),
+        ApiKey::CreateTopics => route!(
+            broker,
+            key,
+            header,
+            buf,
+            CreateTopicsRequest,
+            admin::create_topics
+        ),
+        ApiKey::DeleteTopics => route!(
+            broker,
+            key,
+            header,
+            buf,
+            DeleteTopicsRequest,
+            admin::delete_topics
+        ),
+        ApiKey::CreatePartitions => route!(
+            broker,
+            key,
+            header,
+            buf,
+            CreatePartitionsRequest,
+            admin::create_partitions
+        ),
+        ApiKey::DescribeConfigs => route!(
+            broker,
+            key,
+            header,
+            buf,
+            DescribeConfigsRequest,
+            configs::describe
+        ),
+        ApiKey::AlterConfigs => route!(
+            broker,
+            key,
+            header,
+            buf,
+            AlterConfigsRequest,
+            configs::alter
+        ),
+        ApiKey::IncrementalAlterConfigs => {
+            route!(
+                broker,
+                key,
+                header,
+                buf,
+                IncrementalAlterConfigsRequest,
+                configs::incremental_alter
+            )
+        }
+        ApiKey::ListOffsets => route!(
+            broker,
+            key,
+            header,
+            buf,
+            ListOffsetsRequest,
+            offsets::list_offsets
+        ),
+        ApiKey::DeleteRecords => route!(
+            broker,
+            key,
+            header,
+            buf,
+            DeleteRecordsRequest,
+            offsets::delete_records
+        ),
+        ApiKey::InitProducerId => route!(
+            broker,
+            key,
+            header,
+            buf,
+            InitProducerIdRequest,
+            producers::init_producer_id
+        ),
+        ApiKey::DescribeProducers => {
+            route!(
+                broker,
+                key,
+                header,
+                buf,
+                DescribeProducersRequest,
+                producers::describe_producers
+            )
+        }
+        ApiKey::Fetch => route!(broker, key, header, buf, FetchRequest, fetch::handle),
+        ApiKey::Produce => {
+            let req: ProduceRequest = decode(key, &mut buf, header.request_api_version)?;
+            match produce::handle(broker, &header, req).await {
+                Some(resp) => Ok(Some(encode_response(&header, &resp)?)),
+                None => Ok(None), // acks=0
+            }
+        }
+        other => Err(Close(format!("{other:?} is not implemented"))),
+    }
+}
+
+/// Runs blocking work (disk, fsync) off the async workers.
+pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(v) => v,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}

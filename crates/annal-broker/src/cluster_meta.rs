@@ -1,0 +1,82 @@
+//! Node identity kept in the data directory (`meta.properties`, as Kafka names it): the cluster id is created on
+//! first start and reused forever after; a data directory from another node id is refused.
+
+use std::path::Path;
+
+use anyhow::bail;
+
+use crate::config::parse_properties;
+use crate::durable::write_atomic;
+
+pub const META_FILE: &str = "meta.properties";
+
+/// Loads or creates `meta.properties`; returns the cluster id.
+pub fn load_or_create(data_dir: &Path, node_id: i32) -> anyhow::Result<String> {
+    let path = data_dir.join(META_FILE);
+    if path.exists() {
+        let text = std::fs::read_to_string(&path)?;
+        let props = parse_properties(&text);
+        let get = |k: &str| {
+            props
+                .iter()
+                .find(|(_, key, _)| key == k)
+                .map(|(_, _, v)| v.clone())
+        };
+        let cluster_id = match get("cluster.id") {
+            Some(c) if !c.is_empty() => c,
+            _ => bail!(
+                "{} has no cluster.id; restore it from a backup or move the data directory away",
+                path.display()
+            ),
+        };
+        if let Some(n) = get("node.id") {
+            if n != node_id.to_string() {
+                bail!(
+                    "data directory {} belongs to node.id={n}, but this broker is node.id={node_id}; \
+                     start with --override node.id={n} or use another --data-dir",
+                    data_dir.display()
+                );
+            }
+        }
+        return Ok(cluster_id);
+    }
+    let cluster_id = new_cluster_id();
+    let text = format!(
+        "# Written by Annal on first start; do not edit.\nversion=1\ncluster.id={cluster_id}\nnode.id={node_id}\n"
+    );
+    write_atomic(&path, text.as_bytes())?;
+    Ok(cluster_id)
+}
+
+/// Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding (22 characters).
+fn new_cluster_id() -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bytes = *uuid::Uuid::new_v4().as_bytes();
+    let mut bits: u32 = 0;
+    let mut nbits = 0;
+    let mut out = String::with_capacity(22);
+    for b in bytes {
+        bits = (bits << 8) | b as u32;
+        nbits += 8;
+        while nbits >= 6 {
+            nbits -= 6;
+            out.push(ALPHABET[((bits >> nbits) & 63) as usize] as char);
+        }
+    }
+    if nbits > 0 {
+        out.push(ALPHABET[((bits << (6 - nbits)) & 63) as usize] as char);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cluster_id_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = super::load_or_create(dir.path(), 0).unwrap();
+        assert_eq!(a.len(), 22);
+        assert_eq!(super::load_or_create(dir.path(), 0).unwrap(), a);
+        assert!(super::load_or_create(dir.path(), 1).is_err());
+    }
+}

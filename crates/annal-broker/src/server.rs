@@ -1,0 +1,237 @@
+//! Connections and framing: accept, read size-prefixed frames within limits, decode headers, dispatch to
+//! [`crate::apis`], write responses in request order.
+//!
+//! Each connection is served by one task that reads a request, answers it, and reads the next: requests
+//! pipelined by a client wait in the socket buffer and are answered in order (Kafka also processes one request
+//! per connection at a time). Limits: a frame larger than `socket.request.max.bytes` is refused before any
+//! allocation and the connection closed; all frames being read at once share a byte budget; a connection idle
+//! for `connections.max.idle.ms` is closed; a frame that does not decode closes its connection only.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+
+use crate::apis;
+use crate::Broker;
+
+/// Why a connection is closed instead of answered.
+#[derive(Debug)]
+pub struct Close(pub String);
+
+/// Accepts connections until `stop` turns true, then waits for every connection to finish its current request.
+pub async fn serve(listener: TcpListener, broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    // All connections together may hold this many bytes of partly read requests (Kafka's queued.max.request.bytes).
+    let budget_bytes = (broker.config.socket_request_max_bytes as usize).max(256 << 20);
+    let budget = Arc::new(Semaphore::new(budget_bytes));
+    let mut connections = JoinSet::new();
+    let conn_stop = stop.clone();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    let (b, s, budget) = (broker.clone(), conn_stop.clone(), budget.clone());
+                    connections.spawn(async move {
+                        if let Err(Close(why)) = connection(stream, b, s, budget).await {
+                            tracing::debug!(%peer, reason = %why, "connection closed");
+                        }
+                    });
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = crate::stopped(&mut stop) => break,
+        }
+    }
+    drop(listener);
+    tracing::info!(
+        connections = connections.len(),
+        "stopped accepting; finishing in-flight requests"
+    );
+    while connections.join_next().await.is_some() {}
+}
+
+async fn connection(
+    mut stream: TcpStream,
+    broker: Arc<Broker>,
+    mut stop: watch::Receiver<bool>,
+    budget: Arc<Semaphore>,
+) -> Result<(), Close> {
+    let idle = Duration::from_millis(broker.config.connections_max_idle_ms.max(1) as u64);
+    let max = broker.config.socket_request_max_bytes as usize;
+    loop {
+        let mut size = [0u8; 4];
+        tokio::select! {
+            r = tokio::time::timeout(idle, stream.read_exact(&mut size)) => match r {
+                Err(_) => return Err(Close(format!("idle for more than connections.max.idle.ms={}", idle.as_millis()))),
+                Ok(Err(_)) => return Ok(()), // peer closed
+                Ok(Ok(_)) => {}
+            },
+            _ = crate::stopped(&mut stop) => return Ok(()),
+        }
+        let size = i32::from_be_bytes(size);
+        if size < 8 || size as usize > max {
+            // Refused before allocating: the declared size is never used to reserve memory.
+            return Err(Close(format!(
+                "frame of {size} bytes is outside [8, socket.request.max.bytes={max}]"
+            )));
+        }
+        let size = size as usize;
+        let read = tokio::time::timeout(idle, read_frame(&mut stream, size, &budget)).await;
+        let (frame, permit) = match read {
+            Err(_) => {
+                return Err(Close(
+                    "frame not completed within connections.max.idle.ms".into(),
+                ))
+            }
+            Ok(r) => r?,
+        };
+        let response = handle_frame(&broker, Bytes::from(frame)).await?;
+        drop(permit);
+        if let Some(response) = response {
+            stream
+                .write_all(&response)
+                .await
+                .map_err(|e| Close(format!("write failed: {e}")))?;
+        }
+    }
+}
+
+/// Reads a `size`-byte frame body. Memory follows the bytes that actually arrive (a peer that declares a large
+/// frame and stalls holds little), and every byte held is first taken from the shared `budget`, so many large
+/// requests at once wait for memory instead of exhausting it.
+async fn read_frame(
+    stream: &mut TcpStream,
+    size: usize,
+    budget: &Arc<Semaphore>,
+) -> Result<(Vec<u8>, Option<tokio::sync::OwnedSemaphorePermit>), Close> {
+    const CHUNK: usize = 64 * 1024;
+    let mut frame: Vec<u8> = Vec::with_capacity(size.min(CHUNK));
+    let mut held: Option<tokio::sync::OwnedSemaphorePermit> = None;
+    while frame.len() < size {
+        let want = (size - frame.len()).min(CHUNK);
+        let permit = budget
+            .clone()
+            .acquire_many_owned(want as u32)
+            .await
+            .map_err(|_| Close("shutting down".into()))?;
+        match held.as_mut() {
+            Some(h) => h.merge(permit),
+            None => held = Some(permit),
+        }
+        frame.reserve(want);
+        let n = (&mut *stream)
+            .take(want as u64)
+            .read_buf(&mut frame)
+            .await
+            .map_err(|e| Close(format!("read failed: {e}")))?;
+        if n == 0 {
+            return Err(Close(format!(
+                "truncated frame: {} of {size} bytes",
+                frame.len()
+            )));
+        }
+        // Give back what was reserved for bytes that did not arrive yet.
+        if n < want {
+            if let Some(h) = held.as_mut() {
+                if let Some(unused) = h.split(want - n) {
+                    drop(unused);
+                }
+            }
+        }
+    }
+    Ok((frame, held))
+}
+
+/// The fields every request header starts with, read without trusting the rest of the frame.
+pub struct Prefix {
+    pub api_key: i16,
+    pub api_version: i16,
+    pub correlation_id: i32,
+}
+
+pub fn prefix(frame: &[u8]) -> Option<Prefix> {
+    if frame.len() < 8 {
+        return None;
+    }
+    Some(Prefix {
+        api_key: i16::from_be_bytes([frame[0], frame[1]]),
+        api_version: i16::from_be_bytes([frame[2], frame[3]]),
+        correlation_id: i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]),
+    })
+}
+
+/// Decodes one request and answers it. `Ok(None)`: no response (Produce with acks=0). `Err`: close the connection.
+pub async fn handle_frame(broker: &Arc<Broker>, frame: Bytes) -> Result<Option<BytesMut>, Close> {
+    let p = prefix(&frame).ok_or_else(|| Close("frame shorter than a request header".into()))?;
+    let Ok(api_key) = ApiKey::try_from(p.api_key) else {
+        // No response schema exists for an unknown key; Kafka closes the connection too.
+        return Err(Close(format!("unknown API key {}", p.api_key)));
+    };
+    let supported = apis::supported(api_key);
+    let in_range = supported.is_some_and(|(min, max)| (min..=max).contains(&p.api_version));
+    if !in_range {
+        if api_key == ApiKey::ApiVersions {
+            // KIP-511: always answer, with a v0 body carrying UNSUPPORTED_VERSION and our ranges.
+            return Ok(Some(apis::api_versions::unsupported_version_response(
+                p.correlation_id,
+            )));
+        }
+        // Clients only send versions we advertise; Kafka disconnects on anything else, and so do we.
+        return Err(Close(format!(
+            "{api_key:?} v{} is not supported (supported: {})",
+            p.api_version,
+            match supported {
+                Some((a, b)) => format!("v{a}-v{b}"),
+                None => "none".into(),
+            }
+        )));
+    }
+    let mut buf = frame;
+    let header_version = api_key.request_header_version(p.api_version);
+    let header = RequestHeader::decode(&mut buf, header_version)
+        .map_err(|e| Close(format!("malformed {api_key:?} request header: {e}")))?;
+    apis::dispatch(broker, api_key, header, buf).await
+}
+
+/// Decodes a request body; a failure closes the connection.
+pub fn decode<T: Decodable>(api_key: ApiKey, buf: &mut Bytes, version: i16) -> Result<T, Close> {
+    T::decode(buf, version)
+        .map_err(|e| Close(format!("malformed {api_key:?} v{version} request: {e}")))
+}
+
+/// Encodes a response frame: size, response header, body.
+pub fn encode_response<T: Encodable + HeaderVersion>(
+    header: &RequestHeader,
+    body: &T,
+) -> Result<BytesMut, Close> {
+    let version = header.request_api_version;
+    let header_version = T::header_version(version);
+    let mut resp_header = ResponseHeader::default();
+    resp_header.correlation_id = header.correlation_id;
+    let mut out = BytesMut::with_capacity(256);
+    out.extend_from_slice(&[0, 0, 0, 0]);
+    resp_header
+        .encode(&mut out, header_version)
+        .and_then(|_| body.encode(&mut out, version))
+        .map_err(|e| {
+            Close(format!(
+                "cannot encode the response to correlation id {}: {e}",
+                header.correlation_id
+            ))
+        })?;
+    let len = (out.len() - 4) as u32;
+    out[..4].copy_from_slice(&len.to_be_bytes());
+    Ok(out)
+}

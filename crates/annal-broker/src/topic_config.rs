@@ -1,0 +1,301 @@
+//! Topic-level configs: Kafka's names, validation, defaults from the broker's settings, and the mapping to the
+//! engine's [`LogConfig`].
+
+use std::collections::BTreeMap;
+
+use annal_log::LogConfig;
+
+use crate::config::{BrokerConfig, Kind};
+
+/// One topic config Annal accepts.
+pub struct TopicSetting {
+    pub name: &'static str,
+    pub kind: Kind,
+    /// The broker setting that provides the default (Kafka's synonym), if any.
+    pub broker_synonym: Option<&'static str>,
+}
+
+const fn ts(name: &'static str, kind: Kind, broker_synonym: Option<&'static str>) -> TopicSetting {
+    TopicSetting {
+        name,
+        kind,
+        broker_synonym,
+    }
+}
+
+const INT_MAX: i64 = i32::MAX as i64;
+
+/// Topic configs Annal accepts. Settings that only matter to features Annal does not have (compaction tuning,
+/// tiered storage, throttles) are stored and described so tools that set them keep working.
+pub const TOPIC_SETTINGS: &[TopicSetting] = &[
+    ts(
+        "cleanup.policy",
+        Kind::List(&["delete", "compact"]),
+        Some("log.cleanup.policy"),
+    ),
+    ts(
+        "retention.ms",
+        Kind::Long {
+            min: -1,
+            max: i64::MAX,
+        },
+        Some("log.retention.ms"),
+    ),
+    ts(
+        "retention.bytes",
+        Kind::Long {
+            min: -1,
+            max: i64::MAX,
+        },
+        Some("log.retention.bytes"),
+    ),
+    ts(
+        "segment.bytes",
+        Kind::Int {
+            min: 14,
+            max: INT_MAX,
+        },
+        Some("log.segment.bytes"),
+    ),
+    ts(
+        "segment.ms",
+        Kind::Long {
+            min: 1,
+            max: i64::MAX,
+        },
+        Some("log.roll.ms"),
+    ),
+    ts(
+        "max.message.bytes",
+        Kind::Int {
+            min: 0,
+            max: INT_MAX,
+        },
+        Some("message.max.bytes"),
+    ),
+    ts(
+        "message.timestamp.type",
+        Kind::Choice(&["CreateTime", "LogAppendTime"]),
+        Some("log.message.timestamp.type"),
+    ),
+    ts(
+        "min.insync.replicas",
+        Kind::Int {
+            min: 1,
+            max: INT_MAX,
+        },
+        Some("min.insync.replicas"),
+    ),
+    ts(
+        "index.interval.bytes",
+        Kind::Int {
+            min: 0,
+            max: INT_MAX,
+        },
+        Some("log.index.interval.bytes"),
+    ),
+    ts(
+        "segment.index.bytes",
+        Kind::Int {
+            min: 4,
+            max: INT_MAX,
+        },
+        Some("log.index.size.max.bytes"),
+    ),
+    ts(
+        "flush.messages",
+        Kind::Long {
+            min: 1,
+            max: i64::MAX,
+        },
+        Some("log.flush.interval.messages"),
+    ),
+    ts(
+        "flush.ms",
+        Kind::Long {
+            min: 0,
+            max: i64::MAX,
+        },
+        Some("log.flush.interval.ms"),
+    ),
+    ts("compression.type", Kind::Choice(&["producer"]), None),
+    ts(
+        "file.delete.delay.ms",
+        Kind::Long {
+            min: 0,
+            max: i64::MAX,
+        },
+        None,
+    ),
+    ts(
+        "delete.retention.ms",
+        Kind::Long {
+            min: 0,
+            max: i64::MAX,
+        },
+        None,
+    ),
+    ts(
+        "min.compaction.lag.ms",
+        Kind::Long {
+            min: 0,
+            max: i64::MAX,
+        },
+        None,
+    ),
+    ts(
+        "max.compaction.lag.ms",
+        Kind::Long {
+            min: 1,
+            max: i64::MAX,
+        },
+        None,
+    ),
+    ts("min.cleanable.dirty.ratio", Kind::Text, None),
+    ts("unclean.leader.election.enable", Kind::Bool, None),
+    ts(
+        "message.timestamp.before.max.ms",
+        Kind::Long {
+            min: 0,
+            max: i64::MAX,
+        },
+        None,
+    ),
+    ts(
+        "message.timestamp.after.max.ms",
+        Kind::Long {
+            min: 0,
+            max: i64::MAX,
+        },
+        None,
+    ),
+    ts("preallocate", Kind::Bool, None),
+    ts(
+        "local.retention.ms",
+        Kind::Long {
+            min: -2,
+            max: i64::MAX,
+        },
+        None,
+    ),
+    ts(
+        "local.retention.bytes",
+        Kind::Long {
+            min: -2,
+            max: i64::MAX,
+        },
+        None,
+    ),
+    ts("remote.storage.enable", Kind::Choice(&["false"]), None),
+    ts("leader.replication.throttled.replicas", Kind::Text, None),
+    ts("follower.replication.throttled.replicas", Kind::Text, None),
+];
+
+/// Kafka's defaults for topic configs without a broker synonym.
+fn static_default(name: &str) -> &'static str {
+    match name {
+        "compression.type" => "producer",
+        "file.delete.delay.ms" => "60000",
+        "delete.retention.ms" => "86400000",
+        "min.compaction.lag.ms" => "0",
+        "max.compaction.lag.ms" => "9223372036854775807",
+        "min.cleanable.dirty.ratio" => "0.5",
+        "unclean.leader.election.enable" => "false",
+        "message.timestamp.before.max.ms" => "9223372036854775807",
+        "message.timestamp.after.max.ms" => "3600000",
+        "preallocate" => "false",
+        "local.retention.ms" => "-2",
+        "local.retention.bytes" => "-2",
+        "remote.storage.enable" => "false",
+        _ => "",
+    }
+}
+
+pub fn find(name: &str) -> Option<&'static TopicSetting> {
+    TOPIC_SETTINGS.iter().find(|s| s.name == name)
+}
+
+/// Validates one topic config; the error text is sent to the client (INVALID_CONFIG).
+pub fn validate(name: &str, value: Option<&str>) -> Result<String, String> {
+    let setting = find(name).ok_or_else(|| format!("unknown topic config '{name}'"))?;
+    let value = value.ok_or_else(|| format!("topic config '{name}' needs a value"))?;
+    let v = setting
+        .kind
+        .validate(name, value)
+        .map_err(|e| e.to_string())?;
+    if name == "compression.type" && v != "producer" {
+        return Err("compression.type: Annal stores batches as producers compress them; only 'producer' is supported".into());
+    }
+    Ok(v)
+}
+
+/// A topic config's effective value: the override, else the broker's value for its synonym, else Kafka's default.
+/// Returns (value, is_override, broker synonym value source).
+pub fn effective(
+    name: &str,
+    overrides: &BTreeMap<String, String>,
+    broker: &BrokerConfig,
+) -> (String, ConfigSource) {
+    if let Some(v) = overrides.get(name) {
+        return (v.clone(), ConfigSource::Topic);
+    }
+    let setting = match find(name) {
+        Some(s) => s,
+        None => return (String::new(), ConfigSource::Default),
+    };
+    if let Some(syn) = setting.broker_synonym {
+        if let Some((v, src)) = broker.described.get(syn) {
+            let source = match src {
+                crate::config::Source::Static => ConfigSource::StaticBroker,
+                crate::config::Source::Default => ConfigSource::Default,
+            };
+            return (v.clone(), source);
+        }
+    }
+    (static_default(name).to_string(), ConfigSource::Default)
+}
+
+/// Kafka's DescribeConfigs source codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigSource {
+    Topic = 1,
+    StaticBroker = 4,
+    Default = 5,
+}
+
+/// The engine settings for a topic with these overrides.
+pub fn log_config(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -> LogConfig {
+    let num = |name: &str| -> i64 { effective(name, overrides, broker).0.parse().unwrap_or(0) };
+    let mut c = LogConfig::default();
+    c.segment_bytes = (num("segment.bytes").max(14) as u64).min(LogConfig::SEGMENT_BYTES_MAX);
+    c.segment_ms = num("segment.ms").max(1);
+    let compact_only = effective("cleanup.policy", overrides, broker).0 == "compact";
+    // Annal does not compact yet: a compact-only topic keeps everything, a superset of what compaction keeps.
+    c.retention_ms = if compact_only {
+        -1
+    } else {
+        num("retention.ms")
+    };
+    c.retention_bytes = if compact_only {
+        -1
+    } else {
+        num("retention.bytes")
+    };
+    c.max_message_bytes = num("max.message.bytes").clamp(0, i32::MAX as i64) as u32;
+    c.index_interval_bytes = num("index.interval.bytes").clamp(0, i32::MAX as i64) as u32;
+    c.segment_index_bytes = num("segment.index.bytes").clamp(4, i32::MAX as i64) as u32;
+    let fm = num("flush.messages");
+    c.flush_messages = if fm <= 0 || fm == i64::MAX {
+        u64::MAX
+    } else {
+        fm as u64
+    };
+    c.flush_ms = num("flush.ms");
+    c.producer_id_expiration_ms = broker.producer_id_expiration_ms;
+    c
+}
+
+/// True when the topic stamps LogAppendTime on appended batches.
+pub fn log_append_time(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -> bool {
+    effective("message.timestamp.type", overrides, broker).0 == "LogAppendTime"
+}

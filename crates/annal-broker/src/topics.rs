@@ -1,0 +1,389 @@
+//! The topic registry: names, topic ids, partition counts and config overrides, persisted in
+//! `<data>/topics.json` (write-temp + fsync + rename), and each partition's [`Log`] in `<data>/<topic>-<p>/`.
+//!
+//! Order of durable steps, so a crash never leaves a registered topic without its data or data without a topic:
+//! create = persist the registry, then open the logs (opening creates the directories, also at the next start);
+//! delete = persist the registry without the topic, then remove the directories (leftovers of a crash in between
+//! are removed at the next start).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use annal_log::Log;
+use anyhow::Context;
+use parking_lot::{Mutex, RwLock};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::config::BrokerConfig;
+use crate::durable::write_atomic;
+use crate::topic_config;
+
+pub const REGISTRY_FILE: &str = "topics.json";
+
+/// One partition: its log and what the broker needs beside it.
+pub struct Partition {
+    pub topic: String,
+    pub index: i32,
+    pub log: Mutex<Log>,
+}
+
+/// One topic. Immutable; changes replace the `Arc<Topic>` in the registry (partitions are shared).
+pub struct Topic {
+    pub name: String,
+    pub id: Uuid,
+    pub partitions: Vec<Arc<Partition>>,
+    pub configs: BTreeMap<String, String>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct PersistedTopic {
+    name: String,
+    id: String,
+    partitions: i32,
+    configs: BTreeMap<String, String>,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+struct Persisted {
+    topics: Vec<PersistedTopic>,
+}
+
+pub struct Topics {
+    data_dir: PathBuf,
+    by_name: RwLock<BTreeMap<String, Arc<Topic>>>,
+    /// Serializes registry changes so persisted state and memory change in the same order.
+    admin: Mutex<()>,
+}
+
+/// Why a topic name is not legal in Kafka (and so not here), or `None` if it is.
+pub fn invalid_topic_name(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("topic name is empty".into());
+    }
+    if name == "." || name == ".." {
+        return Some(format!("topic name '{name}' is not allowed"));
+    }
+    if name.len() > 249 {
+        return Some(format!(
+            "topic name is {} characters long; the maximum is 249",
+            name.len()
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Some(format!(
+            "topic name '{name}' contains '{c}'; legal characters are ASCII letters, digits, '.', '_' and '-'"
+        ));
+    }
+    None
+}
+
+pub fn partition_dir(data_dir: &Path, topic: &str, partition: i32) -> PathBuf {
+    data_dir.join(format!("{topic}-{partition}"))
+}
+
+impl Topics {
+    /// Loads the registry and opens every partition's log (recovering it if the last shutdown was not clean).
+    pub fn open(config: &BrokerConfig) -> anyhow::Result<Topics> {
+        let data_dir = config.data_dir.clone();
+        let path = data_dir.join(REGISTRY_FILE);
+        let persisted: Persisted = match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).with_context(|| {
+                format!("{} is corrupt; restore it from a backup (the partition directories are intact)", path.display())
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Persisted::default(),
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+        };
+        let mut by_name = BTreeMap::new();
+        for t in persisted.topics {
+            let id = Uuid::parse_str(&t.id).with_context(|| {
+                format!(
+                    "{}: topic '{}' has an invalid id '{}'",
+                    path.display(),
+                    t.name,
+                    t.id
+                )
+            })?;
+            let mut partitions = Vec::new();
+            for p in 0..t.partitions {
+                partitions.push(open_partition(&data_dir, &t.name, p, &t.configs, config)?);
+            }
+            by_name.insert(
+                t.name.clone(),
+                Arc::new(Topic {
+                    name: t.name,
+                    id,
+                    partitions,
+                    configs: t.configs,
+                }),
+            );
+        }
+        remove_orphans(&data_dir, &by_name);
+        Ok(Topics {
+            data_dir,
+            by_name: RwLock::new(by_name),
+            admin: Mutex::new(()),
+        })
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<Topic>> {
+        self.by_name.read().get(name).cloned()
+    }
+
+    pub fn get_by_id(&self, id: Uuid) -> Option<Arc<Topic>> {
+        self.by_name.read().values().find(|t| t.id == id).cloned()
+    }
+
+    pub fn all(&self) -> Vec<Arc<Topic>> {
+        self.by_name.read().values().cloned().collect()
+    }
+
+    fn persist(&self, topics: &BTreeMap<String, Arc<Topic>>) -> anyhow::Result<()> {
+        let p = Persisted {
+            topics: topics
+                .values()
+                .map(|t| PersistedTopic {
+                    name: t.name.clone(),
+                    id: t.id.to_string(),
+                    partitions: t.partitions.len() as i32,
+                    configs: t.configs.clone(),
+                })
+                .collect(),
+        };
+        let bytes = serde_json::to_vec_pretty(&p)?;
+        write_atomic(&self.data_dir.join(REGISTRY_FILE), &bytes)
+    }
+
+    /// Creates a topic; the caller has validated name, count and configs. Returns `Ok(None)` if it already exists.
+    pub fn create(
+        &self,
+        name: &str,
+        partitions: i32,
+        configs: BTreeMap<String, String>,
+        broker: &BrokerConfig,
+    ) -> anyhow::Result<Option<Arc<Topic>>> {
+        let _admin = self.admin.lock();
+        let mut next = self.by_name.read().clone();
+        if next.contains_key(name) {
+            return Ok(None);
+        }
+        // Registry first: the persisted topic is reopened (and its directories created) at the next start.
+        let placeholder = Arc::new(Topic {
+            name: name.to_string(),
+            id: Uuid::new_v4(),
+            partitions: Vec::new(),
+            configs,
+        });
+        next.insert(name.to_string(), placeholder.clone());
+        self.persist_with_counts(&next, name, partitions)?;
+        let mut parts = Vec::new();
+        for p in 0..partitions {
+            parts.push(open_partition(
+                &self.data_dir,
+                name,
+                p,
+                &placeholder.configs,
+                broker,
+            )?);
+        }
+        let topic = Arc::new(Topic {
+            name: name.to_string(),
+            id: placeholder.id,
+            partitions: parts,
+            configs: placeholder.configs.clone(),
+        });
+        next.insert(name.to_string(), topic.clone());
+        *self.by_name.write() = next;
+        Ok(Some(topic))
+    }
+
+    /// Persists `topics`, with `name` recorded as having `count` partitions (its partitions are not open yet).
+    fn persist_with_counts(
+        &self,
+        topics: &BTreeMap<String, Arc<Topic>>,
+        name: &str,
+        count: i32,
+    ) -> anyhow::Result<()> {
+        let p = Persisted {
+            topics: topics
+                .values()
+                .map(|t| PersistedTopic {
+                    name: t.name.clone(),
+                    id: t.id.to_string(),
+                    partitions: if t.name == name {
+                        count
+                    } else {
+                        t.partitions.len() as i32
+                    },
+                    configs: t.configs.clone(),
+                })
+                .collect(),
+        };
+        write_atomic(
+            &self.data_dir.join(REGISTRY_FILE),
+            &serde_json::to_vec_pretty(&p)?,
+        )
+    }
+
+    /// Deletes a topic and its data. Returns false if it did not exist.
+    pub fn delete(&self, name: &str) -> anyhow::Result<Option<Uuid>> {
+        let _admin = self.admin.lock();
+        let mut next = self.by_name.read().clone();
+        let Some(topic) = next.remove(name) else {
+            return Ok(None);
+        };
+        self.persist(&next)?;
+        *self.by_name.write() = next;
+        for p in &topic.partitions {
+            let dir = partition_dir(&self.data_dir, &topic.name, p.index);
+            // Requests holding this partition finish against the open files; the directory goes now.
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(dir = %dir.display(), error = %e, "could not remove a deleted topic's partition directory; remove it by hand");
+                }
+            }
+        }
+        Ok(Some(topic.id))
+    }
+
+    /// Grows a topic to `count` partitions.
+    pub fn add_partitions(
+        &self,
+        name: &str,
+        count: i32,
+        broker: &BrokerConfig,
+    ) -> anyhow::Result<()> {
+        let _admin = self.admin.lock();
+        let mut next = self.by_name.read().clone();
+        let Some(old) = next.get(name).cloned() else {
+            anyhow::bail!("topic '{name}' does not exist")
+        };
+        self.persist_with_counts(&next, name, count)?;
+        let mut parts = old.partitions.clone();
+        for p in old.partitions.len() as i32..count {
+            parts.push(open_partition(
+                &self.data_dir,
+                name,
+                p,
+                &old.configs,
+                broker,
+            )?);
+        }
+        next.insert(
+            name.to_string(),
+            Arc::new(Topic {
+                name: old.name.clone(),
+                id: old.id,
+                partitions: parts,
+                configs: old.configs.clone(),
+            }),
+        );
+        *self.by_name.write() = next;
+        Ok(())
+    }
+
+    /// Replaces a topic's config overrides and applies them to its logs.
+    pub fn set_configs(
+        &self,
+        name: &str,
+        configs: BTreeMap<String, String>,
+        broker: &BrokerConfig,
+    ) -> anyhow::Result<()> {
+        let _admin = self.admin.lock();
+        let mut next = self.by_name.read().clone();
+        let Some(old) = next.get(name).cloned() else {
+            anyhow::bail!("topic '{name}' does not exist")
+        };
+        let topic = Arc::new(Topic {
+            name: old.name.clone(),
+            id: old.id,
+            partitions: old.partitions.clone(),
+            configs,
+        });
+        next.insert(name.to_string(), topic.clone());
+        self.persist(&next)?;
+        *self.by_name.write() = next;
+        let log_config = topic_config::log_config(&topic.configs, broker);
+        for p in &topic.partitions {
+            p.log.lock().set_config(log_config.clone());
+        }
+        Ok(())
+    }
+
+    /// Closes every log cleanly (marks clean shutdown). Logs still referenced elsewhere are flushed instead.
+    pub fn close_all(&self) {
+        let topics = std::mem::take(&mut *self.by_name.write());
+        for (_, topic) in topics {
+            for p in &topic.partitions {
+                if let Err(e) = p.log.lock().flush() {
+                    tracing::error!(topic = %topic.name, partition = p.index, error = %e, "flush at shutdown failed");
+                }
+            }
+            let Ok(topic) = Arc::try_unwrap(topic) else {
+                continue;
+            };
+            for p in topic.partitions {
+                match Arc::try_unwrap(p) {
+                    Ok(p) => {
+                        let (name, index) = (p.topic.clone(), p.index);
+                        if let Err(e) = p.log.into_inner().close() {
+                            tracing::error!(topic = %name, partition = index, error = %e, "clean close failed");
+                        }
+                    }
+                    Err(p) => {
+                        tracing::warn!(topic = %p.topic, partition = p.index, "partition still in use at shutdown; flushed but not marked clean")
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn open_partition(
+    data_dir: &Path,
+    topic: &str,
+    index: i32,
+    configs: &BTreeMap<String, String>,
+    broker: &BrokerConfig,
+) -> anyhow::Result<Arc<Partition>> {
+    let dir = partition_dir(data_dir, topic, index);
+    let log = Log::open(&dir, topic_config::log_config(configs, broker))
+        .with_context(|| format!("cannot open partition {topic}-{index} in {}", dir.display()))?;
+    Ok(Arc::new(Partition {
+        topic: topic.to_string(),
+        index,
+        log: Mutex::new(log),
+    }))
+}
+
+/// Removes partition directories of topics that are not registered (left by a crash during a delete).
+fn remove_orphans(data_dir: &Path, topics: &BTreeMap<String, Arc<Topic>>) {
+    let Ok(entries) = std::fs::read_dir(data_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        let Some((topic, part)) = name.rsplit_once('-') else {
+            continue;
+        };
+        let Ok(part) = part.parse::<i32>() else {
+            continue;
+        };
+        if !entry.path().is_dir() || invalid_topic_name(topic).is_some() {
+            continue;
+        }
+        let known = topics
+            .get(topic)
+            .is_some_and(|t| (part as usize) < t.partitions.len());
+        if !known {
+            tracing::warn!(dir = %entry.path().display(), "removing the directory of a deleted partition");
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}

@@ -1,0 +1,341 @@
+//! Produce, Fetch, ListOffsets, DeleteRecords and idempotent producers over the raw protocol.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use kafka_protocol::messages::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produce_and_fetch_semantics() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(dir.path(), &[]).await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "data", 2, &[]).await;
+
+    let (err, base) = produce(
+        &mut c,
+        "data",
+        0,
+        batch(&["a", "b", "c"], 1_700_000_000_000),
+        1,
+        9,
+    )
+    .await;
+    assert_eq!((err, base), (0, 0));
+    let (err, base) = produce(
+        &mut c,
+        "data",
+        0,
+        batch(&["d", "e"], 1_700_000_001_000),
+        -1,
+        9,
+    )
+    .await;
+    assert_eq!((err, base), (0, 3));
+
+    // A fetch in the middle of a batch returns the whole batch (the client skips the earlier records).
+    let p = fetch(&mut c, "data", 0, 1, 12, 100).await;
+    assert_eq!(p.high_watermark, 5);
+    let vals = values(p.records.as_ref().unwrap());
+    assert_eq!(vals.first().unwrap(), &(0, "a".to_string()));
+    assert_eq!(vals.len(), 5);
+    // At the end: empty, no error. Past the end or below the start: OFFSET_OUT_OF_RANGE.
+    let p = fetch(&mut c, "data", 0, 5, 12, 10).await;
+    assert_eq!(
+        (p.error_code, p.records.as_ref().map_or(0, |r| r.len())),
+        (0, 0)
+    );
+    assert_eq!(fetch(&mut c, "data", 0, 6, 12, 10).await.error_code, 1);
+    assert_eq!(fetch(&mut c, "data", 0, -5, 12, 10).await.error_code, 1);
+    // Unknown topic / partition.
+    assert_eq!(
+        produce(&mut c, "nope", 0, batch(&["x"], 1), 1, 9).await.0,
+        3
+    );
+    assert_eq!(
+        produce(&mut c, "data", 7, batch(&["x"], 1), 1, 9).await.0,
+        3
+    );
+    // Corrupt CRC: CORRUPT_MESSAGE, nothing appended.
+    let mut bad = batch(&["x"], 1_700_000_000_000);
+    let last = bad.len() - 1;
+    bad[last] ^= 0xff;
+    assert_eq!(produce(&mut c, "data", 0, bad, 1, 9).await.0, 2);
+    // Invalid acks.
+    assert_eq!(
+        produce(&mut c, "data", 0, batch(&["x"], 1), 2, 9).await.0,
+        21
+    );
+    assert_eq!(fetch(&mut c, "data", 0, 0, 12, 10).await.high_watermark, 5);
+
+    // Long polling: a fetch waiting at the end returns as soon as a record arrives.
+    let addr = broker.addr;
+    let waiter = tokio::spawn(async move {
+        let mut c2 = Client::connect(addr).await;
+        let started = Instant::now();
+        let p = fetch(&mut c2, "data", 1, 0, 12, 10_000).await;
+        (started.elapsed(), values(p.records.as_ref().unwrap()))
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        produce(&mut c, "data", 1, batch(&["late"], 1_700_000_000_000), 1, 9)
+            .await
+            .0,
+        0
+    );
+    let (waited, vals) = waiter.await.unwrap();
+    assert_eq!(vals, vec![(0, "late".to_string())]);
+    assert!(
+        waited >= Duration::from_millis(250) && waited < Duration::from_secs(5),
+        "waited {waited:?}"
+    );
+    // And with nothing arriving it returns empty after max_wait_ms.
+    let started = Instant::now();
+    let p = fetch(&mut c, "data", 1, 1, 12, 300).await;
+    assert!(started.elapsed() >= Duration::from_millis(280));
+    assert_eq!(p.records.as_ref().map_or(0, |r| r.len()), 0);
+    broker.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn message_size_and_timestamp_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(dir.path(), &[]).await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "small", 1, &[("max.message.bytes", "200")]).await;
+    let big = "x".repeat(500);
+    assert_eq!(
+        produce(&mut c, "small", 0, batch(&[&big], 1_700_000_000_000), 1, 9)
+            .await
+            .0,
+        10
+    );
+    assert_eq!(
+        produce(&mut c, "small", 0, batch(&["ok"], 1_700_000_000_000), 1, 9)
+            .await
+            .0,
+        0
+    );
+
+    create_topic(
+        &mut c,
+        "lat",
+        1,
+        &[("message.timestamp.type", "LogAppendTime")],
+    )
+    .await;
+    let req = ProduceRequest::default()
+        .with_acks(1)
+        .with_timeout_ms(1000)
+        .with_topic_data(vec![produce_request::TopicProduceData::default()
+            .with_name(name("lat"))
+            .with_partition_data(vec![
+                produce_request::PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(batch(&["t"], 1_000).into())),
+            ])]);
+    let resp = c.call(&req, 9).await;
+    let p = &resp.responses[0].partition_responses[0];
+    assert_eq!(p.error_code, 0);
+    let now = annal_broker::now_ms();
+    assert!(
+        (p.log_append_time_ms - now).abs() < 10_000,
+        "log append time {}",
+        p.log_append_time_ms
+    );
+    let fetched = fetch(&mut c, "lat", 0, 0, 12, 10).await;
+    // The batch says LogAppendTime (attributes bit 3) and carries the broker's time as its max timestamp, which
+    // clients report as every record's timestamp.
+    let raw = fetched.records.clone().unwrap();
+    let attributes = i16::from_be_bytes([raw[21], raw[22]]);
+    assert_ne!(attributes & 0x08, 0, "LogAppendTime attribute");
+    let max_ts = i64::from_be_bytes(raw[35..43].try_into().unwrap());
+    assert_eq!(max_ts, p.log_append_time_ms);
+    broker.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_offsets_and_delete_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(dir.path(), &[]).await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "lo", 1, &[]).await;
+    for (i, ts) in [1000i64, 3000, 2000, 5000].iter().enumerate() {
+        let (err, base) = produce(&mut c, "lo", 0, batch(&[&format!("m{i}")], *ts), 1, 9).await;
+        assert_eq!((err, base), (0, i as i64));
+    }
+    let list = |ts: i64| {
+        ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![list_offsets_request::ListOffsetsTopic::default()
+                .with_name(name("lo"))
+                .with_partitions(vec![
+                    list_offsets_request::ListOffsetsPartition::default()
+                        .with_partition_index(0)
+                        .with_timestamp(ts),
+                ])])
+    };
+    let get = |r: ListOffsetsResponse| {
+        let p = &r.topics[0].partitions[0];
+        (p.error_code, p.offset, p.timestamp)
+    };
+    assert_eq!(get(c.call(&list(-2), 9).await), (0, 0, -1));
+    assert_eq!(get(c.call(&list(-1), 9).await), (0, 4, -1));
+    assert_eq!(get(c.call(&list(-3), 9).await), (0, 3, 5000));
+    // First offset whose timestamp >= the target.
+    assert_eq!(get(c.call(&list(2500), 9).await), (0, 1, 3000));
+    assert_eq!(get(c.call(&list(500), 9).await), (0, 0, 1000));
+    assert_eq!(get(c.call(&list(9000), 9).await), (0, -1, -1));
+
+    let del = |offset: i64| {
+        DeleteRecordsRequest::default()
+            .with_timeout_ms(1000)
+            .with_topics(vec![delete_records_request::DeleteRecordsTopic::default()
+                .with_name(name("lo"))
+                .with_partitions(vec![
+                    delete_records_request::DeleteRecordsPartition::default()
+                        .with_partition_index(0)
+                        .with_offset(offset),
+                ])])
+    };
+    let resp = c.call(&del(2), 2).await;
+    assert_eq!(
+        (
+            resp.topics[0].partitions[0].error_code,
+            resp.topics[0].partitions[0].low_watermark
+        ),
+        (0, 2)
+    );
+    assert_eq!(get(c.call(&list(-2), 9).await), (0, 2, -1));
+    assert_eq!(
+        fetch(&mut c, "lo", 0, 1, 12, 10).await.error_code,
+        1,
+        "below the log start"
+    );
+    assert_eq!(
+        c.call(&del(99), 2).await.topics[0].partitions[0].error_code,
+        1
+    );
+    broker.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotent_producer_dedup_and_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(dir.path(), &[]).await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "idem", 1, &[]).await;
+    let init = InitProducerIdRequest::default()
+        .with_transactional_id(None)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    let r = c.call(&init, 4).await;
+    assert_eq!(r.error_code, 0);
+    let (pid, epoch) = (r.producer_id.0, r.producer_epoch);
+    let r2 = c.call(&init, 4).await;
+    assert_ne!(r2.producer_id.0, pid, "producer ids are unique");
+
+    assert_eq!(
+        produce(
+            &mut c,
+            "idem",
+            0,
+            idempotent_batch(&["a", "b"], pid, epoch, 0),
+            -1,
+            9
+        )
+        .await,
+        (0, 0)
+    );
+    assert_eq!(
+        produce(
+            &mut c,
+            "idem",
+            0,
+            idempotent_batch(&["c"], pid, epoch, 2),
+            -1,
+            9
+        )
+        .await,
+        (0, 2)
+    );
+    // A retry of the first batch: not appended again, original offset returned.
+    assert_eq!(
+        produce(
+            &mut c,
+            "idem",
+            0,
+            idempotent_batch(&["a", "b"], pid, epoch, 0),
+            -1,
+            9
+        )
+        .await,
+        (0, 0)
+    );
+    // A gap: OUT_OF_ORDER_SEQUENCE_NUMBER.
+    assert_eq!(
+        produce(
+            &mut c,
+            "idem",
+            0,
+            idempotent_batch(&["z"], pid, epoch, 7),
+            -1,
+            9
+        )
+        .await
+        .0,
+        45
+    );
+    // A newer epoch starting at 0 fences the old one; the old epoch is then refused.
+    assert_eq!(
+        produce(
+            &mut c,
+            "idem",
+            0,
+            idempotent_batch(&["n"], pid, epoch + 1, 0),
+            -1,
+            9
+        )
+        .await,
+        (0, 3)
+    );
+    assert_eq!(
+        produce(
+            &mut c,
+            "idem",
+            0,
+            idempotent_batch(&["o"], pid, epoch, 3),
+            -1,
+            9
+        )
+        .await
+        .0,
+        47
+    );
+    let p = fetch(&mut c, "idem", 0, 0, 12, 10).await;
+    let vals: Vec<String> = values(p.records.as_ref().unwrap())
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(vals, ["a", "b", "c", "n"]);
+
+    let req = DescribeProducersRequest::default().with_topics(vec![
+        describe_producers_request::TopicRequest::default()
+            .with_name(name("idem"))
+            .with_partition_indexes(vec![0]),
+    ]);
+    let resp = c.call(&req, 0).await;
+    let producers = &resp.topics[0].partitions[0].active_producers;
+    assert_eq!(producers.len(), 1);
+    assert_eq!(
+        (
+            producers[0].producer_id.0,
+            producers[0].producer_epoch,
+            producers[0].last_sequence
+        ),
+        (pid, epoch as i32 + 1, 0)
+    );
+    broker.stop().await.unwrap();
+}

@@ -1,0 +1,256 @@
+//! Every (API, version) that ApiVersions advertises is exercised here with a real request and must answer
+//! successfully: "advertise exactly what is implemented and tested".
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use bytes::Bytes;
+use common::*;
+use kafka_protocol::messages::*;
+
+const T: &str = "versions-topic";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_advertised_version_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(dir.path(), &[]).await;
+    let mut c = broker.client().await;
+    let mut tested: BTreeSet<(i16, i16)> = BTreeSet::new();
+
+    // ApiVersions, all versions; the advertised set must be what we test below.
+    let mut advertised = Vec::new();
+    for v in 0..=4 {
+        let resp = c.call(&ApiVersionsRequest::default(), v).await;
+        assert_eq!(resp.error_code, 0);
+        advertised = resp
+            .api_keys
+            .iter()
+            .map(|k| (k.api_key, k.min_version, k.max_version))
+            .collect();
+        tested.insert((ApiKey::ApiVersions as i16, v));
+    }
+
+    create_topic(&mut c, T, 1, &[]).await;
+    let id = topic_id(&mut c, T).await;
+
+    for v in 0..=12 {
+        let req = MetadataRequest::default().with_topics(Some(vec![
+            metadata_request::MetadataRequestTopic::default().with_name(Some(name(T))),
+        ]));
+        let resp = c.call(&req, v).await;
+        assert_eq!(resp.topics.len(), 1, "metadata v{v}");
+        assert_eq!(resp.topics[0].error_code, 0, "metadata v{v}");
+        assert_eq!(resp.brokers[0].host.as_str(), "127.0.0.1");
+        if v >= 10 {
+            assert_eq!(resp.topics[0].topic_id, id);
+        }
+        tested.insert((ApiKey::Metadata as i16, v));
+    }
+
+    for v in 3..=12 {
+        let (err, base) = produce(
+            &mut c,
+            T,
+            0,
+            batch(&[&format!("v{v}")], 1_700_000_000_000 + v as i64),
+            1,
+            v,
+        )
+        .await;
+        assert_eq!((err, base), (0, (v - 3) as i64), "produce v{v}");
+        tested.insert((ApiKey::Produce as i16, v));
+    }
+
+    for v in 4..=17 {
+        let p = fetch(&mut c, T, 0, 2, v, 100).await;
+        assert_eq!(p.error_code, 0, "fetch v{v}");
+        assert_eq!(p.high_watermark, 10);
+        let vals = values(p.records.as_ref().unwrap());
+        assert_eq!(vals[0], (2, "v5".to_string()), "fetch v{v}");
+        tested.insert((ApiKey::Fetch as i16, v));
+    }
+
+    for v in 1..=9 {
+        for (ts, want) in [(-1i64, 10i64), (-2, 0), (1_700_000_000_005, 2)] {
+            let req = ListOffsetsRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_topics(vec![list_offsets_request::ListOffsetsTopic::default()
+                    .with_name(name(T))
+                    .with_partitions(vec![
+                        list_offsets_request::ListOffsetsPartition::default()
+                            .with_partition_index(0)
+                            .with_timestamp(ts),
+                    ])]);
+            let resp = c.call(&req, v).await;
+            let p = &resp.topics[0].partitions[0];
+            assert_eq!(
+                (p.error_code, p.offset),
+                (0, want),
+                "list offsets v{v} ts {ts}"
+            );
+        }
+        tested.insert((ApiKey::ListOffsets as i16, v));
+    }
+
+    for v in 2..=7 {
+        let topic = format!("created-v{v}");
+        let req = CreateTopicsRequest::default()
+            .with_timeout_ms(1000)
+            .with_topics(vec![create_topics_request::CreatableTopic::default()
+                .with_name(name(&topic))
+                .with_num_partitions(1)
+                .with_replication_factor(1)]);
+        let resp = c.call(&req, v).await;
+        assert_eq!(resp.topics[0].error_code, 0, "create topics v{v}");
+        tested.insert((ApiKey::CreateTopics as i16, v));
+    }
+
+    for v in 0..=3 {
+        let req = CreatePartitionsRequest::default()
+            .with_timeout_ms(1000)
+            .with_topics(vec![
+                create_partitions_request::CreatePartitionsTopic::default()
+                    .with_name(name("created-v2"))
+                    .with_count(2 + v as i32),
+            ]);
+        let resp = c.call(&req, v).await;
+        assert_eq!(
+            resp.results[0].error_code, 0,
+            "create partitions v{v}: {:?}",
+            resp.results[0].error_message
+        );
+        tested.insert((ApiKey::CreatePartitions as i16, v));
+    }
+
+    for v in 1..=4 {
+        let req = DescribeConfigsRequest::default()
+            .with_include_synonyms(v >= 1)
+            .with_resources(vec![
+                describe_configs_request::DescribeConfigsResource::default()
+                    .with_resource_type(2)
+                    .with_resource_name(s(T)),
+                describe_configs_request::DescribeConfigsResource::default()
+                    .with_resource_type(4)
+                    .with_resource_name(s("0")),
+            ]);
+        let resp = c.call(&req, v).await;
+        assert_eq!(resp.results[0].error_code, 0);
+        assert!(
+            resp.results[0]
+                .configs
+                .iter()
+                .any(|e| e.name.as_str() == "retention.ms"),
+            "describe configs v{v}: {resp:?}"
+        );
+        assert!(resp.results[1]
+            .configs
+            .iter()
+            .any(|e| e.name.as_str() == "num.partitions" && e.read_only));
+        tested.insert((ApiKey::DescribeConfigs as i16, v));
+    }
+
+    for v in 0..=2 {
+        let req = AlterConfigsRequest::default().with_resources(vec![
+            alter_configs_request::AlterConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(s(T))
+                .with_configs(vec![alter_configs_request::AlterableConfig::default()
+                    .with_name(s("retention.ms"))
+                    .with_value(Some(s(&format!("{}", 1000 + v as i64))))]),
+        ]);
+        let resp = c.call(&req, v).await;
+        assert_eq!(resp.responses[0].error_code, 0, "alter configs v{v}");
+        tested.insert((ApiKey::AlterConfigs as i16, v));
+    }
+
+    for v in 0..=1 {
+        let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+            incremental_alter_configs_request::AlterConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(s(T))
+                .with_configs(vec![
+                    incremental_alter_configs_request::AlterableConfig::default()
+                        .with_name(s("retention.bytes"))
+                        .with_config_operation(0)
+                        .with_value(Some(s("123456"))),
+                ]),
+        ]);
+        let resp = c.call(&req, v).await;
+        assert_eq!(resp.responses[0].error_code, 0, "incremental alter v{v}");
+        tested.insert((ApiKey::IncrementalAlterConfigs as i16, v));
+    }
+
+    for v in 0..=1 {
+        let resp = c.call(&DescribeClusterRequest::default(), v).await;
+        assert_eq!(resp.error_code, 0);
+        assert_eq!(resp.brokers.len(), 1);
+        tested.insert((ApiKey::DescribeCluster as i16, v));
+    }
+
+    for v in 0..=5 {
+        let mut req = InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(60000);
+        if v >= 3 {
+            req = req.with_producer_id(ProducerId(-1)).with_producer_epoch(-1);
+        }
+        let resp = c.call(&req, v).await;
+        assert_eq!(resp.error_code, 0, "init producer id v{v}");
+        assert!(resp.producer_id.0 >= 0);
+        tested.insert((ApiKey::InitProducerId as i16, v));
+    }
+
+    {
+        let req = DescribeProducersRequest::default().with_topics(vec![
+            describe_producers_request::TopicRequest::default()
+                .with_name(name(T))
+                .with_partition_indexes(vec![0]),
+        ]);
+        let resp = c.call(&req, 0).await;
+        assert_eq!(resp.topics[0].partitions[0].error_code, 0);
+        tested.insert((ApiKey::DescribeProducers as i16, 0));
+    }
+
+    for v in 0..=2 {
+        let req = DeleteRecordsRequest::default()
+            .with_timeout_ms(1000)
+            .with_topics(vec![delete_records_request::DeleteRecordsTopic::default()
+                .with_name(name(T))
+                .with_partitions(vec![
+                    delete_records_request::DeleteRecordsPartition::default()
+                        .with_partition_index(0)
+                        .with_offset(1 + v as i64),
+                ])]);
+        let resp = c.call(&req, v).await;
+        let p = &resp.topics[0].partitions[0];
+        assert_eq!(p.error_code, 0, "delete records v{v}");
+        assert!(p.low_watermark >= 0 && p.low_watermark <= 1 + v as i64);
+        tested.insert((ApiKey::DeleteRecords as i16, v));
+    }
+
+    for v in 1..=6 {
+        let topic = format!("created-v{}", v + 1);
+        let req = if v >= 6 {
+            DeleteTopicsRequest::default()
+                .with_topics(vec![delete_topics_request::DeleteTopicState::default()
+                    .with_name(Some(name(&topic)))])
+        } else {
+            DeleteTopicsRequest::default().with_topic_names(vec![name(&topic)])
+        };
+        let resp = c.call(&req.with_timeout_ms(1000), v).await;
+        assert_eq!(resp.responses[0].error_code, 0, "delete topics v{v}");
+        tested.insert((ApiKey::DeleteTopics as i16, v));
+    }
+
+    let advertised_set: BTreeSet<(i16, i16)> = advertised
+        .iter()
+        .flat_map(|(k, min, max)| (*min..=*max).map(move |v| (*k, v)))
+        .collect();
+    assert_eq!(
+        advertised_set, tested,
+        "advertised versions must be exactly the tested ones"
+    );
+    let _ = Bytes::new();
+    broker.stop().await.unwrap();
+}
