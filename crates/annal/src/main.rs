@@ -50,6 +50,9 @@ enum Command {
     /// Read records and print them.
     Consume(cli::consume::ConsumeArgs),
     /// Print the segments and batches of a partition directory or segment file (like kafka-dump-log).
+    #[command(after_help = "Examples:
+  annal dump-log ./annal-data/orders-0
+  annal dump-log ./annal-data/orders-0/00000000000000000000.log")]
     DumpLog(dump::DumpArgs),
 }
 

@@ -23,6 +23,9 @@ const MAX_REQUEST_RECORDS: usize = 2000;
 const MAX_REQUEST_BYTES: usize = 512 * 1024;
 const PRODUCE_TIMEOUT_MS: i32 = 30_000;
 const MAX_ATTEMPTS: u32 = 5;
+/// How long to wait for more lines before sending what we have (Kafka's linger.ms): piped input fills whole
+/// batches, typed input is still sent almost at once.
+const LINGER: Duration = Duration::from_millis(10);
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -169,15 +172,18 @@ pub async fn run(args: ProduceArgs) -> Result<()> {
     while let Some(first) = rx.recv().await {
         let mut lines = vec![first.context("cannot read stdin")?];
         let mut bytes = lines[0].len();
+        let deadline = tokio::time::Instant::now() + LINGER;
         while lines.len() < MAX_REQUEST_RECORDS && bytes < MAX_REQUEST_BYTES {
-            match rx.try_recv() {
-                Ok(line) => {
-                    let line = line.context("cannot read stdin")?;
-                    bytes += line.len();
-                    lines.push(line);
-                }
-                Err(_) => break,
-            }
+            let line = match rx.try_recv() {
+                Ok(line) => line,
+                Err(_) => match tokio::time::timeout_at(deadline, rx.recv()).await {
+                    Ok(Some(line)) => line,
+                    Ok(None) | Err(_) => break,
+                },
+            };
+            let line = line.context("cannot read stdin")?;
+            bytes += line.len();
+            lines.push(line);
         }
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)

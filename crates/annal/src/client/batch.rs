@@ -50,7 +50,10 @@ pub fn encode_batch(records: &[OutgoingRecord], compression: Compression) -> Res
             producer_epoch: NO_PRODUCER_EPOCH,
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
-            sequence: NO_SEQUENCE,
+            // The encoder starts a new batch whenever `offset - sequence` changes, and derives the batch's base
+            // sequence from the first record. Counting up from NO_SEQUENCE keeps all records in one batch whose
+            // base sequence is NO_SEQUENCE (-1), as a non-idempotent producer must send.
+            sequence: NO_SEQUENCE.wrapping_add(i as i32),
             timestamp: r.timestamp,
             key: r.key.clone(),
             value: r.value.clone(),
@@ -261,6 +264,36 @@ mod tests {
         let offsets: Vec<_> = out.records.iter().map(|r| r.offset).collect();
         assert_eq!(offsets, vec![13, 14]);
         assert_eq!(out.next_offset, Some(15));
+    }
+
+    #[test]
+    fn many_records_make_one_non_idempotent_batch() {
+        let input: Vec<_> = (0..50).map(|i| record(None, &format!("v{i}"), i)).collect();
+        let batch = encode_batch(&input, Compression::None).unwrap();
+        let declared =
+            i32::from_be_bytes(batch[LENGTH_OFFSET..LOG_OVERHEAD].try_into().unwrap()) as usize;
+        assert_eq!(declared + LOG_OVERHEAD, batch.len(), "exactly one batch");
+        assert_eq!(&batch[0..8], &0i64.to_be_bytes(), "base offset 0");
+        assert_eq!(
+            i32::from_be_bytes(
+                batch[RECORD_COUNT_OFFSET..RECORD_COUNT_OFFSET + 4]
+                    .try_into()
+                    .unwrap()
+            ),
+            50
+        );
+        assert_eq!(
+            i32::from_be_bytes(
+                batch[LAST_OFFSET_DELTA_OFFSET..LAST_OFFSET_DELTA_OFFSET + 4]
+                    .try_into()
+                    .unwrap()
+            ),
+            49
+        );
+        // Producer id -1, epoch -1, base sequence -1 (bytes 43..57).
+        assert_eq!(&batch[43..51], &(-1i64).to_be_bytes());
+        assert_eq!(&batch[51..53], &(-1i16).to_be_bytes());
+        assert_eq!(&batch[53..57], &(-1i32).to_be_bytes());
     }
 
     #[test]
