@@ -1,6 +1,7 @@
 //! Record batches (magic v2) for the CLI: building batches to produce and safely decoding fetched bytes.
 //!
-//! Encoding and decompression come from `kafka_protocol::records`. Decoding adds what a client needs on top:
+//! Encoding (with compression) and record parsing come from `kafka_protocol::records`; decompression is ours and
+//! bounded (see `codec`). Decoding adds what a client needs on top:
 //! fetched data may end in a partial batch (the broker cuts at `max_bytes`), control batches (transaction markers)
 //! are not user records, and the record count in a batch header is checked against the bytes it covers before the
 //! decoder reserves memory for it.
@@ -160,7 +161,8 @@ pub fn decode_fetched(mut data: Bytes, fetch_offset: i64) -> Result<DecodedRecor
             );
         }
         let decompress = |buf: &mut Bytes, compression: Compression| -> Result<Bytes> {
-            let plain = decompress(buf, compression)?;
+            let plain =
+                super::codec::decompress(buf, compression, super::codec::MAX_DECOMPRESSED_BATCH)?;
             if record_count > plain.len() / MIN_RECORD_BYTES {
                 bail!(
                     "batch at offset {base_offset} declares {record_count} records in {} decompressed bytes; \
@@ -194,18 +196,6 @@ pub fn decode_fetched(mut data: Bytes, fetch_offset: i64) -> Result<DecodedRecor
         }
     }
     Ok(out)
-}
-
-fn decompress(buf: &mut Bytes, compression: Compression) -> Result<Bytes> {
-    use kafka_protocol::compression::{self as c, Decompressor};
-    let keep = |b: &mut Bytes| Ok(b.clone());
-    match compression {
-        Compression::None => Ok(buf.clone()),
-        Compression::Gzip => <c::Gzip as Decompressor<Bytes>>::decompress(buf, keep),
-        Compression::Snappy => <c::Snappy as Decompressor<Bytes>>::decompress(buf, keep),
-        Compression::Lz4 => <c::Lz4 as Decompressor<Bytes>>::decompress(buf, keep),
-        Compression::Zstd => <c::Zstd as Decompressor<Bytes>>::decompress(buf, keep),
-    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! Produce and Fetch go to each partition's leader as named in Metadata.
 
 pub mod batch;
+pub mod codec;
 pub mod connection;
 pub mod errors;
 
