@@ -58,6 +58,10 @@ enum Command {
 
 fn main() {
     if let Err(err) = run(Cli::parse()) {
+        if cli::is_broken_pipe(&err) {
+            // The reader went away (`annal topic list | head`): nothing left to say.
+            std::process::exit(0);
+        }
         eprintln!("error: {err:#}");
         std::process::exit(1);
     }

@@ -112,6 +112,11 @@ impl Broker {
         String::from_utf8_lossy(&out.stderr).into_owned()
     }
 
+    /// Best-effort removal of a test's topic, so runs against a shared broker do not pile up topics.
+    fn delete_quietly(&self, topic: &str) {
+        let _ = self.run(&["topic", "delete", topic], "");
+    }
+
     fn consume_json(&self, args: &[&str]) -> Vec<Value> {
         let mut all = vec!["consume"];
         all.extend_from_slice(args);
@@ -454,6 +459,7 @@ fn consume_from_beginning_offset_timestamp_and_count() {
         "",
     );
     assert_eq!(values, "early-0\nearly-1\nearly-2\n");
+    broker.delete_quietly(&topic);
 }
 
 #[test]
@@ -503,6 +509,7 @@ fn acks_settings_and_follow() {
     let _ = follower.wait();
     seen.sort();
     assert_eq!(seen, ["acks-0", "acks-1", "acks-all"]);
+    broker.delete_quietly(&topic);
 }
 
 #[test]
@@ -523,6 +530,7 @@ fn errors_say_what_to_do() {
     assert!(err.contains("has no partition 5"), "{err}");
     let err = broker.fails(&["topic", "create", "bad name"], "");
     assert!(err.contains("use only letters"), "{err}");
+    broker.delete_quietly(&topic);
 
     let closed = format!("127.0.0.1:{}", free_port());
     let out = Command::new(ANNAL)

@@ -17,6 +17,9 @@ use crate::client::{Client, TopicMetadata, EARLIEST, LATEST};
 const PARTITION_MAX_BYTES: i32 = 1024 * 1024;
 /// A single batch larger than this is refused rather than fetched (Kafka's message.max.bytes is 1 MiB by default).
 const PARTITION_MAX_BYTES_LIMIT: i32 = 64 * 1024 * 1024;
+/// Without --follow, fetch rounds in a row that may return nothing before we give up on reaching the end offsets
+/// seen at start (each round waits up to 500 ms).
+const MAX_IDLE_ROUNDS: u32 = 20;
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -126,7 +129,9 @@ async fn consume(args: &ConsumeArgs) -> Result<()> {
     let mut buf = Vec::with_capacity(64 * 1024);
     let mut max_bytes = PARTITION_MAX_BYTES;
     let limit = args.count.unwrap_or(u64::MAX);
+    let mut idle_rounds = 0;
     while !positions.is_empty() && printed < limit {
+        let before = positions.clone();
         let max_wait = if args.follow { 1000 } else { 500 };
         let fetched = client
             .fetch(&topic, &positions, max_wait, max_bytes)
@@ -208,6 +213,25 @@ async fn consume(args: &ConsumeArgs) -> Result<()> {
         if refresh_metadata {
             tokio::time::sleep(Duration::from_millis(200)).await;
             topic = client.topic(&topic.name).await?;
+        }
+        if let Some(stop) = &stop_at {
+            idle_rounds = if positions == before {
+                idle_rounds + 1
+            } else {
+                0
+            };
+            if idle_rounds >= MAX_IDLE_ROUNDS {
+                let (p, pos) = positions
+                    .iter()
+                    .next()
+                    .expect("loop runs while positions remain");
+                bail!(
+                    "partition {p} of topic '{}' returned no records at offset {pos} although its end offset was {} \
+                     when we started; is the broker healthy? (use --follow to keep waiting)",
+                    topic.name,
+                    stop[p]
+                );
+            }
         }
     }
     if printed == 0

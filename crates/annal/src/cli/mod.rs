@@ -53,7 +53,15 @@ pub async fn connect(brokers: &str) -> Result<Client> {
 }
 
 /// Runs a client command on a single-threaded runtime: the CLI does one thing at a time.
+/// `ANNAL_LOG=debug` shows connections and negotiated API versions on stderr.
 pub fn block_on<F: std::future::Future<Output = Result<()>>>(fut: F) -> Result<()> {
+    if let Ok(filter) = std::env::var("ANNAL_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .try_init();
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

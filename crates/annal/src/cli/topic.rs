@@ -1,5 +1,8 @@
 //! `annal topic create|list|describe|alter|delete`.
 
+use std::fmt::Write as _;
+use std::io::Write as _;
+
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 
@@ -83,6 +86,8 @@ pub enum TopicCommand {
 
 pub async fn run(args: TopicArgs) -> Result<()> {
     let mut client = connect(&args.broker.brokers).await?;
+    // Output is collected and written at the end: `println!` would panic on a closed pipe.
+    let mut out = String::new();
     match args.command {
         TopicCommand::Create {
             name,
@@ -98,21 +103,22 @@ pub async fn run(args: TopicArgs) -> Result<()> {
             // (typically `annal produce`) finds the topic ready.
             let meta = client.topic(&name).await?;
             let count = created.partitions.unwrap_or(meta.partitions.len() as i32);
-            println!(
+            writeln!(
+                out,
                 "created topic '{name}' with {count} partition{}{}",
                 if count == 1 { "" } else { "s" },
                 created
                     .replication_factor
                     .map(|r| format!(", replication factor {r}"))
                     .unwrap_or_default()
-            );
+            )?;
         }
         TopicCommand::List { all } => {
             let mut topics = client.metadata(None).await?;
             topics.sort_by(|a, b| a.1.name.cmp(&b.1.name));
             for (_, t) in topics {
                 if all || !t.internal {
-                    println!("{}", t.name);
+                    writeln!(out, "{}", t.name)?;
                 }
             }
         }
@@ -127,16 +133,17 @@ pub async fn run(args: TopicArgs) -> Result<()> {
                 .first()
                 .map(|p| p.replicas.len())
                 .unwrap_or(0);
-            println!("Topic: {}", meta.name);
+            writeln!(out, "Topic: {}", meta.name)?;
             if !meta.id.is_nil() {
-                println!("Id: {}", meta.id);
+                writeln!(out, "Id: {}", meta.id)?;
             }
-            println!(
+            writeln!(
+                out,
                 "Partitions: {}  Replication factor: {rf}{}",
                 meta.partitions.len(),
                 if meta.internal { "  (internal)" } else { "" }
-            );
-            println!();
+            )?;
+            writeln!(out)?;
             let rows: Vec<[String; 6]> = meta
                 .partitions
                 .iter()
@@ -162,6 +169,7 @@ pub async fn run(args: TopicArgs) -> Result<()> {
                 })
                 .collect();
             print_table(
+                &mut out,
                 &[
                     "PARTITION",
                     "LEADER",
@@ -172,8 +180,8 @@ pub async fn run(args: TopicArgs) -> Result<()> {
                 ],
                 &rows,
             );
-            println!();
-            println!("Configs:");
+            writeln!(out)?;
+            writeln!(out, "Configs:")?;
             let rows: Vec<[String; 3]> = configs
                 .iter()
                 .map(|c| {
@@ -185,7 +193,7 @@ pub async fn run(args: TopicArgs) -> Result<()> {
                     [c.name.clone(), value, source_label(c.source, c.read_only)]
                 })
                 .collect();
-            print_table(&["NAME", "VALUE", "SOURCE"], &rows);
+            print_table(&mut out, &["NAME", "VALUE", "SOURCE"], &rows);
         }
         TopicCommand::Alter {
             name,
@@ -199,13 +207,16 @@ pub async fn run(args: TopicArgs) -> Result<()> {
             let mut changes: Vec<String> =
                 configs.iter().map(|(k, v)| format!("{k}={v}")).collect();
             changes.extend(delete.iter().map(|k| format!("{k} (reset to default)")));
-            println!("updated topic '{name}': {}", changes.join(", "));
+            writeln!(out, "updated topic '{name}': {}", changes.join(", "))?;
         }
         TopicCommand::Delete { name } => {
             client.delete_topic(&name).await?;
-            println!("deleted topic '{name}'");
+            writeln!(out, "deleted topic '{name}'")?;
         }
     }
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(out.as_bytes())?;
+    stdout.flush()?;
     Ok(())
 }
 
@@ -245,14 +256,14 @@ fn join(ids: &[i32]) -> String {
         .join(",")
 }
 
-fn print_table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) {
+fn print_table<const N: usize>(out: &mut String, header: &[&str; N], rows: &[[String; N]]) {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
     }
-    let line = |cells: Vec<&str>| {
+    let mut line = |cells: Vec<&str>| {
         let mut s = String::new();
         for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
             if i + 1 == N {
@@ -261,7 +272,8 @@ fn print_table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) {
                 s.push_str(&format!("{cell:<w$}  "));
             }
         }
-        println!("{}", s.trim_end());
+        out.push_str(s.trim_end());
+        out.push('\n');
     };
     line(header.to_vec());
     for row in rows {

@@ -126,11 +126,15 @@ impl Connection {
                     super::errors::error_name(response.error_code)
                 );
             }
+            tracing::debug!(addr = %self.addr, api_versions_version = version, "connected");
             self.broker_versions = response
                 .api_keys
                 .iter()
                 .map(|k| (k.api_key, (k.min_version, k.max_version)))
                 .collect();
+            if let Ok(caps) = std::env::var("ANNAL_CLIENT_MAX_VERSIONS") {
+                apply_version_caps(&mut self.broker_versions, &caps)?;
+            }
             return Ok(());
         }
         bail!(
@@ -177,6 +181,7 @@ impl Connection {
         version: i16,
     ) -> Result<R::Response> {
         let key = api_key::<R>()?;
+        tracing::debug!(addr = %self.addr, "{key:?} v{version}");
         let mut body = self.round_trip_raw(key, version, request).await?;
         R::Response::decode(&mut body, version).with_context(|| {
             format!(
@@ -193,6 +198,7 @@ impl Connection {
         version: i16,
     ) -> Result<()> {
         let key = api_key::<R>()?;
+        tracing::debug!(addr = %self.addr, "{key:?} v{version}, no response expected");
         self.write_request(key, version, request).await?;
         Ok(())
     }
@@ -287,6 +293,28 @@ fn api_key<R: Request>() -> Result<ApiKey> {
     ApiKey::try_from(R::KEY).map_err(|_| anyhow!("unknown api key {}", R::KEY))
 }
 
+/// Testing aid: `ANNAL_CLIENT_MAX_VERSIONS=Produce=12,Fetch=12` makes the client behave as if the broker
+/// supported at most those versions, to exercise older protocol versions against a modern broker.
+fn apply_version_caps(versions: &mut HashMap<i16, (i16, i16)>, caps: &str) -> Result<()> {
+    for cap in caps.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+        let (name, max) = cap.split_once('=').ok_or_else(|| {
+            anyhow!("ANNAL_CLIENT_MAX_VERSIONS: expected Api=version, got '{cap}'")
+        })?;
+        let max: i16 = max
+            .parse()
+            .map_err(|_| anyhow!("ANNAL_CLIENT_MAX_VERSIONS: bad version in '{cap}'"))?;
+        let key = (0..1000i16)
+            .filter_map(|k| ApiKey::try_from(k).ok())
+            .find(|key| format!("{key:?}") == name)
+            .ok_or_else(|| anyhow!("ANNAL_CLIENT_MAX_VERSIONS: unknown API '{name}'"))?
+            as i16;
+        if let Some(range) = versions.get_mut(&key) {
+            range.1 = range.1.min(max);
+        }
+    }
+    Ok(())
+}
+
 /// The highest version in both inclusive ranges, if they overlap.
 pub fn pick_common_version(ours: (i16, i16), theirs: (i16, i16)) -> Option<i16> {
     let low = ours.0.max(theirs.0);
@@ -297,6 +325,16 @@ pub fn pick_common_version(ours: (i16, i16), theirs: (i16, i16)) -> Option<i16> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn version_caps_lower_the_broker_max() {
+        let mut v: HashMap<i16, (i16, i16)> = [(0, (3, 13)), (1, (4, 18))].into_iter().collect();
+        apply_version_caps(&mut v, "Produce=9, Fetch=12").unwrap();
+        assert_eq!(v[&0], (3, 9));
+        assert_eq!(v[&1], (4, 12));
+        assert!(apply_version_caps(&mut v, "Nope=1").is_err());
+        assert!(apply_version_caps(&mut v, "Produce").is_err());
+    }
 
     #[test]
     fn picks_highest_common_version() {

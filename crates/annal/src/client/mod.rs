@@ -555,6 +555,12 @@ impl Client {
             let ours = by_name_cap(versions::PRODUCE, topic.id);
             let conn = self.node(leader).await?;
             let version = conn.pick_version(kafka_protocol::messages::ApiKey::Produce, ours)?;
+            if version < ZSTD_MIN_PRODUCE_VERSION && request_uses_zstd(&request) {
+                bail!(
+                    "this broker speaks Produce up to v{version}, but zstd compression needs Produce v7 \
+                     (Kafka 2.1+); choose --compression lz4, snappy or gzip"
+                );
+            }
             if acks == 0 {
                 let sent = conn.send_without_response(&request, version).await;
                 if sent.is_err() {
@@ -662,6 +668,23 @@ impl Client {
         }
         Ok(out)
     }
+}
+
+/// Brokers refuse zstd batches in Produce requests older than v7 (KIP-110).
+const ZSTD_MIN_PRODUCE_VERSION: i16 = 7;
+
+fn request_uses_zstd(request: &ProduceRequest) -> bool {
+    const ATTRIBUTES_AT: usize = 21;
+    request
+        .topic_data
+        .iter()
+        .flat_map(|t| &t.partition_data)
+        .any(|p| {
+            p.records
+                .as_ref()
+                .and_then(|r| r.get(ATTRIBUTES_AT..ATTRIBUTES_AT + 2))
+                .is_some_and(|a| i16::from_be_bytes([a[0], a[1]]) & 0x7 == 4)
+        })
 }
 
 fn topic_name(name: &str) -> TopicName {
