@@ -21,6 +21,9 @@ use tokio::net::TcpStream;
 const MAX_RESPONSE_BYTES: usize = 256 * 1024 * 1024;
 
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long to wait for any response. Longer than the 30 s the CLI gives the broker for Produce and admin
+/// requests, so a slow broker answers with its own timeout error before we give up on it.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// UNSUPPORTED_VERSION: the answer to an ApiVersions request newer than the broker knows (KIP-511).
 const UNSUPPORTED_VERSION: i16 = 35;
@@ -246,7 +249,15 @@ impl Connection {
         request: &M,
     ) -> Result<Bytes> {
         let correlation_id = self.write_request(key, version, request).await?;
-        let mut frame = self.read_frame(key).await?;
+        let mut frame = tokio::time::timeout(REQUEST_TIMEOUT, self.read_frame(key))
+            .await
+            .map_err(|_| {
+                anyhow!(
+                    "broker at {} did not answer a {key:?} request within {}s",
+                    self.addr,
+                    REQUEST_TIMEOUT.as_secs()
+                )
+            })??;
         let header = ResponseHeader::decode(&mut frame, key.response_header_version(version))
             .with_context(|| format!("broker at {} sent a malformed response header", self.addr))?;
         if header.correlation_id != correlation_id {
@@ -325,6 +336,81 @@ pub fn pick_common_version(ours: (i16, i16), theirs: (i16, i16)) -> Option<i16> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::net::TcpListener;
+
+    /// A peer that reads the request and answers with `reply`, then closes.
+    async fn peer(reply: &'static [u8]) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 512];
+            let _ = sock.read(&mut buf).await;
+            let _ = sock.write_all(reply).await;
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn huge_response_length_is_refused_without_allocating() {
+        let addr = peer(&[0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 1]).await;
+        let err = Connection::connect(&addr)
+            .await
+            .err()
+            .expect("must fail")
+            .to_string();
+        assert!(err.contains("response frame of 2147483647 bytes"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn negative_response_length_is_refused() {
+        let addr = peer(&[0xff, 0xff, 0xff, 0xfe]).await;
+        let err = Connection::connect(&addr)
+            .await
+            .err()
+            .expect("must fail")
+            .to_string();
+        assert!(err.contains("response frame of -2 bytes"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn peer_closing_mid_response_is_reported() {
+        let addr = peer(&[0, 0, 0, 10, 0, 0]).await;
+        let err = Connection::connect(&addr)
+            .await
+            .err()
+            .expect("must fail")
+            .to_string();
+        assert!(err.contains("closed the connection"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn wrong_correlation_id_is_reported() {
+        let addr = peer(&[0, 0, 0, 4, 0, 0, 0, 99]).await;
+        let err = Connection::connect(&addr)
+            .await
+            .err()
+            .expect("must fail")
+            .to_string();
+        assert!(err.contains("correlation id 99"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn refused_connection_names_the_address_and_the_fix() {
+        let addr = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().to_string()
+        };
+        let err = Connection::connect(&addr)
+            .await
+            .err()
+            .expect("must fail")
+            .to_string();
+        assert!(
+            err.contains(&format!("cannot reach broker at {addr}")) && err.contains("annal serve"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn version_caps_lower_the_broker_max() {
