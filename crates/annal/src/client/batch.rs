@@ -170,6 +170,8 @@ pub fn decode_fetched(mut data: Bytes, fetch_offset: i64) -> Result<DecodedRecor
                     plain.len()
                 );
             }
+            check_record_framing(&plain, record_count)
+                .map_err(|e| anyhow!("batch at offset {base_offset} is corrupt: {e}"))?;
             Ok(plain)
         };
         let set = RecordBatchDecoder::decode_with_custom_compression(
@@ -196,6 +198,62 @@ pub fn decode_fetched(mut data: Bytes, fetch_offset: i64) -> Result<DecodedRecor
         }
     }
     Ok(out)
+}
+
+/// Walks the records of a decompressed batch and checks every length and count against the bytes that remain,
+/// before the decoder trusts them: the decoder reserves memory for a record's header count up front.
+fn check_record_framing(data: &[u8], record_count: usize) -> Result<()> {
+    let mut pos = 0;
+    for i in 0..record_count {
+        let len = read_varint(data, &mut pos).ok_or_else(|| anyhow!("record {i}: bad length"))?;
+        let len = usize::try_from(len).map_err(|_| anyhow!("record {i}: negative length {len}"))?;
+        let end = pos
+            .checked_add(len)
+            .filter(|&e| e <= data.len())
+            .ok_or_else(|| anyhow!("record {i}: length {len} runs past the end of the batch"))?;
+        let record = &data[pos..end];
+        let mut at = 1; // attributes
+        let bad = |what: &str| anyhow!("record {i}: bad {what}");
+        read_varint(record, &mut at).ok_or_else(|| bad("timestamp delta"))?;
+        read_varint(record, &mut at).ok_or_else(|| bad("offset delta"))?;
+        for what in ["key", "value"] {
+            let n = read_varint(record, &mut at).ok_or_else(|| bad(what))?;
+            if n >= 0 {
+                at = at
+                    .checked_add(n as usize)
+                    .filter(|&a| a <= record.len())
+                    .ok_or_else(|| {
+                        anyhow!("record {i}: {what} of {n} bytes runs past the record")
+                    })?;
+            } else if n != -1 {
+                return Err(bad(what));
+            }
+        }
+        let headers = read_varint(record, &mut at).ok_or_else(|| bad("header count"))?;
+        // Each header takes at least two bytes (key length and value length).
+        if headers < 0 || headers as usize > record.len().saturating_sub(at) / 2 {
+            bail!(
+                "record {i}: {headers} headers cannot fit in {} bytes",
+                record.len().saturating_sub(at)
+            );
+        }
+        pos = end;
+    }
+    Ok(())
+}
+
+/// A zigzag-encoded varint / varlong as Kafka writes them (at most 10 bytes).
+fn read_varint(data: &[u8], pos: &mut usize) -> Option<i64> {
+    let mut raw: u64 = 0;
+    for shift in 0..10 {
+        let byte = *data.get(*pos)?;
+        *pos += 1;
+        raw |= u64::from(byte & 0x7f) << (7 * shift);
+        if byte & 0x80 == 0 {
+            return Some((raw >> 1) as i64 ^ -((raw & 1) as i64));
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -311,6 +369,37 @@ mod tests {
         b[RECORD_COUNT_OFFSET..RECORD_COUNT_OFFSET + 4].copy_from_slice(&i32::MAX.to_be_bytes());
         let err = decode_fetched(b.freeze(), 0).unwrap_err().to_string();
         assert!(err.contains("declares"), "{err}");
+    }
+
+    #[test]
+    fn absurd_header_count_is_refused_before_allocating() {
+        let mut r = record(None, "v", 1);
+        r.headers = vec![("h".into(), Some(Bytes::from_static(b"x")))];
+        let batch = encode_batch(&[r], Compression::None).unwrap();
+        // The record ends with: header count (zigzag 1 = 0x02), key length, "h", value length, "x".
+        let mut b = BytesMut::from(&batch[..]);
+        let at = b.len() - 5;
+        assert_eq!(b[at], 0x02);
+        // 0x7e is zigzag 63: far more headers than the 4 remaining bytes can hold. Re-sign the batch so only the
+        // framing check can catch it.
+        b[at] = 0x7e;
+        let crc = crc32c::crc32c(&b[ATTRIBUTES_OFFSET..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        let err = decode_fetched(b.freeze(), 0).unwrap_err().to_string();
+        assert!(err.contains("headers cannot fit"), "{err}");
+    }
+
+    #[test]
+    fn varints_decode_like_kafka() {
+        let mut pos = 0;
+        assert_eq!(read_varint(&[0x01], &mut pos), Some(-1));
+        pos = 0;
+        assert_eq!(read_varint(&[0x02], &mut pos), Some(1));
+        pos = 0;
+        assert_eq!(read_varint(&[0xd0, 0x0f], &mut pos), Some(1000));
+        assert_eq!(pos, 2);
+        pos = 0;
+        assert_eq!(read_varint(&[0x80, 0x80], &mut pos), None);
     }
 
     #[test]
