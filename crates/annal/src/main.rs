@@ -1,6 +1,9 @@
 //! The `annal` binary: `annal serve` runs the broker; the other commands are Kafka-protocol clients.
 
+mod cli;
+mod client;
 mod dump;
+mod partitioner;
 
 use clap::{Parser, Subcommand};
 
@@ -8,7 +11,15 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "annal",
     version,
-    about = "Annal: a Kafka-compatible distributed log"
+    about = "Annal: a Kafka-compatible distributed log",
+    after_help = "Examples:
+  annal serve --data-dir ./annal-data                  # start a broker on 127.0.0.1:9092
+  annal topic create orders -p 3
+  printf 'k1:hello\\nk2:world\\n' | annal produce orders --key-separator :
+  annal consume orders --from-beginning
+  annal topic describe orders -b 127.0.0.1:9092        # any Kafka-protocol broker works
+
+Client commands read the broker address from -b/--brokers or $ANNAL_BROKERS (default 127.0.0.1:9092)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -18,6 +29,10 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a broker.
+    #[command(after_help = "Examples:
+  annal serve
+  annal serve --data-dir /var/lib/annal --listen 0.0.0.0:9092
+  annal serve --config server.properties --override log.retention.ms=3600000")]
     Serve {
         #[arg(long)]
         data_dir: Option<std::path::PathBuf>,
@@ -28,12 +43,31 @@ enum Command {
         #[arg(long = "override")]
         overrides: Vec<String>,
     },
+    /// Create, list, describe, alter and delete topics.
+    Topic(cli::topic::TopicArgs),
+    /// Write records read from stdin, one per line.
+    Produce(cli::produce::ProduceArgs),
+    /// Read records and print them.
+    Consume(cli::consume::ConsumeArgs),
     /// Print the segments and batches of a partition directory or segment file (like kafka-dump-log).
+    #[command(after_help = "Examples:
+  annal dump-log ./annal-data/orders-0
+  annal dump-log ./annal-data/orders-0/00000000000000000000.log")]
     DumpLog(dump::DumpArgs),
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+fn main() {
+    if let Err(err) = run(Cli::parse()) {
+        if cli::is_broken_pipe(&err) {
+            // The reader went away (`annal topic list | head`): nothing left to say.
+            std::process::exit(0);
+        }
+        eprintln!("error: {err:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve {
             data_dir,
@@ -47,6 +81,162 @@ fn main() -> anyhow::Result<()> {
             let rt = tokio::runtime::Runtime::new()?;
             rt.block_on(annal_broker::run(cfg, annal_broker::shutdown_signal()))
         }
+        Command::Topic(args) => cli::block_on(cli::topic::run(args)),
+        Command::Produce(args) => cli::block_on(cli::produce::run(args)),
+        Command::Consume(args) => cli::block_on(cli::consume::run(args)),
         Command::DumpLog(args) => dump::run(&args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("annal").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn topic_create_arguments() {
+        let cli = parse(&[
+            "topic",
+            "create",
+            "orders",
+            "-p",
+            "3",
+            "-r",
+            "1",
+            "-c",
+            "retention.ms=5",
+            "-c",
+            "a=b",
+        ])
+        .unwrap();
+        let Command::Topic(t) = cli.command else {
+            panic!("not topic")
+        };
+        assert_eq!(t.broker.brokers, cli::DEFAULT_BROKERS);
+        match t.command {
+            cli::topic::TopicCommand::Create {
+                name,
+                partitions,
+                replication_factor,
+                configs,
+            } => {
+                assert_eq!(name, "orders");
+                assert_eq!(partitions, Some(3));
+                assert_eq!(replication_factor, Some(1));
+                assert_eq!(
+                    configs,
+                    vec![
+                        ("retention.ms".into(), "5".into()),
+                        ("a".into(), "b".into())
+                    ]
+                );
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+        assert!(parse(&["topic", "create", "orders", "-p", "0"]).is_err());
+        assert!(parse(&["topic", "create", "orders", "-c", "novalue"]).is_err());
+    }
+
+    #[test]
+    fn brokers_flag_after_subcommand() {
+        let cli = parse(&["topic", "list", "-b", "h:1"]).unwrap();
+        let Command::Topic(t) = cli.command else {
+            panic!("not topic")
+        };
+        assert_eq!(t.broker.brokers, "h:1");
+        let cli = parse(&["consume", "t", "--brokers", "h:2"]).unwrap();
+        let Command::Consume(c) = cli.command else {
+            panic!("not consume")
+        };
+        assert_eq!(c.broker.brokers, "h:2");
+    }
+
+    #[test]
+    fn produce_arguments() {
+        let cli = parse(&[
+            "produce",
+            "t",
+            "--key-separator",
+            ":",
+            "-H",
+            "a=1",
+            "-H",
+            "b=",
+            "--compression",
+            "zstd",
+            "--acks",
+            "1",
+        ])
+        .unwrap();
+        let Command::Produce(p) = cli.command else {
+            panic!("not produce")
+        };
+        assert_eq!(p.topic, "t");
+        assert_eq!(p.key_separator.as_deref(), Some(":"));
+        assert_eq!(
+            p.headers,
+            vec![("a".into(), "1".into()), ("b".into(), "".into())]
+        );
+        assert_eq!(p.compression, cli::produce::Codec::Zstd);
+        assert_eq!(p.acks, 1);
+        let Command::Produce(p) = parse(&["produce", "t"]).unwrap().command else {
+            panic!()
+        };
+        assert_eq!(p.acks, -1, "acks defaults to all, like Kafka 3+ producers");
+        assert_eq!(p.compression, cli::produce::Codec::None);
+        assert!(parse(&["produce", "t", "--compression", "brotli"]).is_err());
+        assert!(parse(&["produce", "t", "--acks", "2"]).is_err());
+    }
+
+    #[test]
+    fn consume_start_options_are_exclusive() {
+        let Command::Consume(c) = parse(&[
+            "consume", "t", "-p", "1", "--offset", "5", "-n", "3", "--format", "json",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (c.partition, c.offset, c.count),
+            (Some(1), Some(5), Some(3))
+        );
+        assert_eq!(c.format, cli::output::Format::Json);
+        assert!(!c.follow && !c.from_beginning);
+        assert!(parse(&["consume", "t", "--from-beginning", "--offset", "1"]).is_err());
+        assert!(parse(&["consume", "t", "--offset", "1", "--timestamp", "5"]).is_err());
+        assert!(parse(&["consume", "t", "--offset", "-1"]).is_err());
+        assert!(parse(&["consume", "t", "--from-beginning", "--follow"]).is_ok());
+    }
+
+    #[test]
+    fn every_command_has_examples_in_its_help() {
+        fn check(cmd: &clap::Command, path: &str) {
+            let path = format!("{path} {}", cmd.get_name());
+            if cmd.get_name() != "help" {
+                let help = cmd
+                    .get_after_help()
+                    .map(|h| h.to_string())
+                    .unwrap_or_default();
+                assert!(
+                    help.contains("Examples:"),
+                    "`{path}` has no examples in its help"
+                );
+            }
+            for sub in cmd.get_subcommands() {
+                check(sub, &path);
+            }
+        }
+        check(&Cli::command(), "");
     }
 }

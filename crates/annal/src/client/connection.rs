@@ -1,0 +1,433 @@
+//! One TCP connection to one broker: framing, correlation ids, and API version negotiation.
+//!
+//! Requests are sent one at a time (the CLI never needs pipelining), so a response is always the answer to the
+//! request just written; the correlation id is still checked so a confused broker is reported, not trusted.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+
+/// Largest response frame we accept. Fetch responses are capped well below this by the `max_bytes` we send, so
+/// anything bigger means a broken or hostile peer; refusing it keeps a bad length from allocating gigabytes.
+const MAX_RESPONSE_BYTES: usize = 256 * 1024 * 1024;
+
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long to wait for any response. Longer than the 30 s the CLI gives the broker for Produce and admin
+/// requests, so a slow broker answers with its own timeout error before we give up on it.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// UNSUPPORTED_VERSION: the answer to an ApiVersions request newer than the broker knows (KIP-511).
+const UNSUPPORTED_VERSION: i16 = 35;
+
+/// The newest ApiVersions request we can send; older brokers tell us theirs (see `negotiate`).
+const API_VERSIONS_MAX: i16 = 4;
+
+const CLIENT_ID: &str = "annal-cli";
+
+pub struct Connection {
+    addr: String,
+    reader: BufReader<OwnedReadHalf>,
+    writer: BufWriter<OwnedWriteHalf>,
+    next_correlation_id: i32,
+    /// What the broker advertised in ApiVersions: api key -> (min, max).
+    broker_versions: HashMap<i16, (i16, i16)>,
+}
+
+/// Turns a connect failure into something a person can act on.
+pub fn describe_connect_error(addr: &str, err: &std::io::Error) -> anyhow::Error {
+    use std::io::ErrorKind::*;
+    match err.kind() {
+        ConnectionRefused => anyhow!(
+            "cannot reach broker at {addr}: connection refused; is `annal serve` running there? \
+             (choose another broker with -b HOST:PORT)"
+        ),
+        TimedOut => anyhow!(
+            "cannot reach broker at {addr}: connection timed out after {}s; check the address and any firewall",
+            CONNECT_TIMEOUT.as_secs()
+        ),
+        _ => anyhow!("cannot reach broker at {addr}: {err}"),
+    }
+}
+
+impl Connection {
+    /// Connects and negotiates API versions.
+    pub async fn connect(addr: &str) -> Result<Connection> {
+        let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(err)) => return Err(describe_connect_error(addr, &err)),
+            Err(_) => {
+                return Err(describe_connect_error(
+                    addr,
+                    &std::io::Error::from(std::io::ErrorKind::TimedOut),
+                ))
+            }
+        };
+        stream.set_nodelay(true).ok();
+        let (read, write) = stream.into_split();
+        let mut conn = Connection {
+            addr: addr.to_string(),
+            reader: BufReader::with_capacity(64 * 1024, read),
+            writer: BufWriter::with_capacity(64 * 1024, write),
+            next_correlation_id: 1,
+            broker_versions: HashMap::new(),
+        };
+        conn.negotiate().await?;
+        Ok(conn)
+    }
+
+    /// ApiVersions handshake. We ask with our newest version; a broker that does not know it answers with
+    /// UNSUPPORTED_VERSION in a v0 body listing its own ApiVersions range (KIP-511), and we retry with that.
+    async fn negotiate(&mut self) -> Result<()> {
+        let mut version = API_VERSIONS_MAX;
+        for _ in 0..2 {
+            let request = ApiVersionsRequest::default()
+                .with_client_software_name(StrBytes::from_static_str("annal"))
+                .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
+            let body = self
+                .round_trip_raw(ApiKey::ApiVersions, version, &request)
+                .await?;
+            // The error code leads every ApiVersions body version, so peek it before choosing a decoder.
+            let error_code = body
+                .get(..2)
+                .map(|b| i16::from_be_bytes([b[0], b[1]]))
+                .unwrap_or(-1);
+            let decode_version = if error_code == UNSUPPORTED_VERSION {
+                0
+            } else {
+                version
+            };
+            let response = ApiVersionsResponse::decode(&mut body.clone(), decode_version)
+                .with_context(|| {
+                    format!(
+                        "broker at {} sent an ApiVersions response we cannot decode",
+                        self.addr
+                    )
+                })?;
+            if response.error_code == UNSUPPORTED_VERSION {
+                let theirs = response
+                    .api_keys
+                    .iter()
+                    .find(|k| k.api_key == ApiKey::ApiVersions as i16)
+                    .map(|k| k.max_version)
+                    .unwrap_or(0);
+                version = theirs.min(API_VERSIONS_MAX);
+                continue;
+            }
+            if response.error_code != 0 {
+                bail!(
+                    "broker at {} refused ApiVersions: {}",
+                    self.addr,
+                    super::errors::error_name(response.error_code)
+                );
+            }
+            tracing::debug!(addr = %self.addr, api_versions_version = version, "connected");
+            self.broker_versions = response
+                .api_keys
+                .iter()
+                .map(|k| (k.api_key, (k.min_version, k.max_version)))
+                .collect();
+            if let Ok(caps) = std::env::var("ANNAL_CLIENT_MAX_VERSIONS") {
+                apply_version_caps(&mut self.broker_versions, &caps)?;
+            }
+            return Ok(());
+        }
+        bail!(
+            "broker at {} does not accept any ApiVersions version we can send",
+            self.addr
+        )
+    }
+
+    /// The highest version of `key` that both the broker and we (`ours`, inclusive) support.
+    pub fn pick_version(&self, key: ApiKey, ours: (i16, i16)) -> Result<i16> {
+        let Some(&(their_min, their_max)) = self.broker_versions.get(&(key as i16)) else {
+            bail!(
+                "broker at {} does not support the {key:?} API, which this command needs",
+                self.addr
+            );
+        };
+        pick_common_version(ours, (their_min, their_max)).ok_or_else(|| {
+            anyhow!(
+                "broker at {} supports {key:?} versions {their_min}..={their_max}, but annal speaks {}..={}; \
+                 upgrade the older side",
+                self.addr,
+                ours.0,
+                ours.1
+            )
+        })
+    }
+
+    /// Sends a request with the highest common version in `ours` and returns the decoded response.
+    pub async fn send<R: Request>(
+        &mut self,
+        request: &R,
+        ours: (i16, i16),
+    ) -> Result<(R::Response, i16)> {
+        let key = api_key::<R>()?;
+        let version = self.pick_version(key, ours)?;
+        let response = self.send_version(request, version).await?;
+        Ok((response, version))
+    }
+
+    /// Sends a request at an explicit version.
+    pub async fn send_version<R: Request>(
+        &mut self,
+        request: &R,
+        version: i16,
+    ) -> Result<R::Response> {
+        let key = api_key::<R>()?;
+        tracing::debug!(addr = %self.addr, "{key:?} v{version}");
+        let mut body = self.round_trip_raw(key, version, request).await?;
+        R::Response::decode(&mut body, version).with_context(|| {
+            format!(
+                "broker at {} sent a {key:?} v{version} response we cannot decode",
+                self.addr
+            )
+        })
+    }
+
+    /// Sends a request that the broker will not answer (Produce with acks=0).
+    pub async fn send_without_response<R: Request>(
+        &mut self,
+        request: &R,
+        version: i16,
+    ) -> Result<()> {
+        let key = api_key::<R>()?;
+        tracing::debug!(addr = %self.addr, "{key:?} v{version}, no response expected");
+        self.write_request(key, version, request).await?;
+        Ok(())
+    }
+
+    async fn write_request<M: Encodable>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        request: &M,
+    ) -> Result<i32> {
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str(CLIENT_ID)));
+        let header_version = key.request_header_version(version);
+        let mut frame = BytesMut::new();
+        frame.extend_from_slice(&[0; 4]);
+        header.encode(&mut frame, header_version)?;
+        request
+            .encode(&mut frame, version)
+            .with_context(|| format!("cannot encode {key:?} v{version} request"))?;
+        let len = i32::try_from(frame.len() - 4).context("request too large to send")?;
+        frame[..4].copy_from_slice(&len.to_be_bytes());
+        let io = async {
+            self.writer.write_all(&frame).await?;
+            self.writer.flush().await
+        };
+        io.await.map_err(|e| {
+            anyhow!(
+                "lost connection to broker at {} while sending {key:?}: {e}",
+                self.addr
+            )
+        })?;
+        Ok(correlation_id)
+    }
+
+    /// Writes one request and reads its response body (header stripped, correlation id checked).
+    async fn round_trip_raw<M: Encodable>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        request: &M,
+    ) -> Result<Bytes> {
+        let correlation_id = self.write_request(key, version, request).await?;
+        let mut frame = tokio::time::timeout(REQUEST_TIMEOUT, self.read_frame(key))
+            .await
+            .map_err(|_| {
+                anyhow!(
+                    "broker at {} did not answer a {key:?} request within {}s",
+                    self.addr,
+                    REQUEST_TIMEOUT.as_secs()
+                )
+            })??;
+        let header = ResponseHeader::decode(&mut frame, key.response_header_version(version))
+            .with_context(|| format!("broker at {} sent a malformed response header", self.addr))?;
+        if header.correlation_id != correlation_id {
+            bail!(
+                "broker at {} answered request {correlation_id} with correlation id {}; closing",
+                self.addr,
+                header.correlation_id
+            );
+        }
+        Ok(frame)
+    }
+
+    async fn read_frame(&mut self, key: ApiKey) -> Result<Bytes> {
+        let lost = |e: std::io::Error, addr: &str| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                anyhow!(
+                    "broker at {addr} closed the connection while we waited for a {key:?} response"
+                )
+            } else {
+                anyhow!(
+                    "lost connection to broker at {addr} while waiting for a {key:?} response: {e}"
+                )
+            }
+        };
+        let len = match self.reader.read_i32().await {
+            Ok(len) => len,
+            Err(e) => return Err(lost(e, &self.addr)),
+        };
+        let len = usize::try_from(len).ok().filter(|&l| l <= MAX_RESPONSE_BYTES).ok_or_else(|| {
+            anyhow!(
+                "broker at {} sent a {key:?} response frame of {len} bytes (limit {MAX_RESPONSE_BYTES}); closing",
+                self.addr
+            )
+        })?;
+        let mut buf = BytesMut::zeroed(len);
+        if let Err(e) = self.reader.read_exact(&mut buf).await {
+            return Err(lost(e, &self.addr));
+        }
+        Ok(buf.freeze())
+    }
+}
+
+fn api_key<R: Request>() -> Result<ApiKey> {
+    ApiKey::try_from(R::KEY).map_err(|_| anyhow!("unknown api key {}", R::KEY))
+}
+
+/// Testing aid: `ANNAL_CLIENT_MAX_VERSIONS=Produce=12,Fetch=12` makes the client behave as if the broker
+/// supported at most those versions, to exercise older protocol versions against a modern broker.
+fn apply_version_caps(versions: &mut HashMap<i16, (i16, i16)>, caps: &str) -> Result<()> {
+    for cap in caps.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+        let (name, max) = cap.split_once('=').ok_or_else(|| {
+            anyhow!("ANNAL_CLIENT_MAX_VERSIONS: expected Api=version, got '{cap}'")
+        })?;
+        let max: i16 = max
+            .parse()
+            .map_err(|_| anyhow!("ANNAL_CLIENT_MAX_VERSIONS: bad version in '{cap}'"))?;
+        let key = (0..1000i16)
+            .filter_map(|k| ApiKey::try_from(k).ok())
+            .find(|key| format!("{key:?}") == name)
+            .ok_or_else(|| anyhow!("ANNAL_CLIENT_MAX_VERSIONS: unknown API '{name}'"))?
+            as i16;
+        if let Some(range) = versions.get_mut(&key) {
+            range.1 = range.1.min(max);
+        }
+    }
+    Ok(())
+}
+
+/// The highest version in both inclusive ranges, if they overlap.
+pub fn pick_common_version(ours: (i16, i16), theirs: (i16, i16)) -> Option<i16> {
+    let low = ours.0.max(theirs.0);
+    let high = ours.1.min(theirs.1);
+    (low <= high).then_some(high)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    /// A peer that reads the request and answers with `reply`, then closes.
+    async fn peer(reply: &'static [u8]) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 512];
+            let _ = sock.read(&mut buf).await;
+            let _ = sock.write_all(reply).await;
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn huge_response_length_is_refused_without_allocating() {
+        let addr = peer(&[0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 1]).await;
+        let err = Connection::connect(&addr)
+            .await
+            .err()
+            .expect("must fail")
+            .to_string();
+        assert!(err.contains("response frame of 2147483647 bytes"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn negative_response_length_is_refused() {
+        let addr = peer(&[0xff, 0xff, 0xff, 0xfe]).await;
+        let err = Connection::connect(&addr)
+            .await
+            .err()
+            .expect("must fail")
+            .to_string();
+        assert!(err.contains("response frame of -2 bytes"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn peer_closing_mid_response_is_reported() {
+        let addr = peer(&[0, 0, 0, 10, 0, 0]).await;
+        let err = Connection::connect(&addr)
+            .await
+            .err()
+            .expect("must fail")
+            .to_string();
+        assert!(err.contains("closed the connection"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn wrong_correlation_id_is_reported() {
+        let addr = peer(&[0, 0, 0, 4, 0, 0, 0, 99]).await;
+        let err = Connection::connect(&addr)
+            .await
+            .err()
+            .expect("must fail")
+            .to_string();
+        assert!(err.contains("correlation id 99"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn refused_connection_names_the_address_and_the_fix() {
+        let addr = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().to_string()
+        };
+        let err = Connection::connect(&addr)
+            .await
+            .err()
+            .expect("must fail")
+            .to_string();
+        assert!(
+            err.contains(&format!("cannot reach broker at {addr}")) && err.contains("annal serve"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn version_caps_lower_the_broker_max() {
+        let mut v: HashMap<i16, (i16, i16)> = [(0, (3, 13)), (1, (4, 18))].into_iter().collect();
+        apply_version_caps(&mut v, "Produce=9, Fetch=12").unwrap();
+        assert_eq!(v[&0], (3, 9));
+        assert_eq!(v[&1], (4, 12));
+        assert!(apply_version_caps(&mut v, "Nope=1").is_err());
+        assert!(apply_version_caps(&mut v, "Produce").is_err());
+    }
+
+    #[test]
+    fn picks_highest_common_version() {
+        assert_eq!(pick_common_version((3, 12), (0, 11)), Some(11));
+        assert_eq!(pick_common_version((3, 12), (3, 13)), Some(12));
+        assert_eq!(pick_common_version((4, 4), (4, 4)), Some(4));
+        assert_eq!(pick_common_version((5, 9), (0, 4)), None);
+        assert_eq!(pick_common_version((0, 2), (3, 9)), None);
+    }
+}

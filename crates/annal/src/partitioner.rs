@@ -1,0 +1,155 @@
+//! Kafka's default partitioner, so `annal produce` puts keyed records where every Kafka client would.
+//!
+//! Keyed records: `(murmur2(key) & 0x7fffffff) % partitions`, exactly as the Java client's
+//! `BuiltInPartitioner.partitionForKey` with `Utils.murmur2` / `Utils.toPositive`. Records without a key are
+//! spread "sticky" (KIP-480): a whole batch goes to one partition and the next batch moves to the next one.
+
+/// Kafka's murmur2 (org.apache.kafka.common.utils.Utils.murmur2): MurmurHash2, 32 bit, seed 0x9747b28c,
+/// little-endian 4-byte blocks. Returns Java's `int` result as its bit pattern.
+pub fn murmur2(data: &[u8]) -> u32 {
+    const SEED: u32 = 0x9747_b28c;
+    const M: u32 = 0x5bd1_e995;
+    const R: u32 = 24;
+    let length = data.len() as u32;
+    let mut h: u32 = SEED ^ length;
+    let mut blocks = data.chunks_exact(4);
+    for block in &mut blocks {
+        let mut k = u32::from_le_bytes([block[0], block[1], block[2], block[3]]);
+        k = k.wrapping_mul(M);
+        k ^= k >> R;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M);
+        h ^= k;
+    }
+    // The tail falls through like Java's switch: 3 bytes mix in all three, then one multiply.
+    let tail = blocks.remainder();
+    if tail.len() >= 3 {
+        h ^= u32::from(tail[2]) << 16;
+    }
+    if tail.len() >= 2 {
+        h ^= u32::from(tail[1]) << 8;
+    }
+    if !tail.is_empty() {
+        h ^= u32::from(tail[0]);
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    h
+}
+
+/// The partition Kafka's default partitioner picks for a non-null key.
+pub fn partition_for_key(key: &[u8], partitions: u32) -> u32 {
+    assert!(partitions > 0, "a topic has at least one partition");
+    (murmur2(key) & 0x7fff_ffff) % partitions
+}
+
+/// Chooses partitions for a stream of records: murmur2 for keys, one partition per batch for null keys.
+pub struct Partitioner {
+    partitions: u32,
+    sticky: u32,
+}
+
+impl Partitioner {
+    /// `start` spreads null-key batches from different runs over different partitions.
+    pub fn new(partitions: u32, start: u32) -> Partitioner {
+        assert!(partitions > 0, "a topic has at least one partition");
+        Partitioner {
+            partitions,
+            sticky: start % partitions,
+        }
+    }
+
+    pub fn partition(&self, key: Option<&[u8]>) -> u32 {
+        match key {
+            Some(key) => partition_for_key(key, self.partitions),
+            None => self.sticky,
+        }
+    }
+
+    /// Called after each batch is sent: null-key records move on to the next partition.
+    pub fn next_batch(&mut self) {
+        self.sticky = (self.sticky + 1) % self.partitions;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// From Apache Kafka's clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java (testMurmur2).
+    #[test]
+    fn murmur2_matches_kafka_utils_test() {
+        let cases: [(&[u8], i32); 6] = [
+            (b"21", -973932308),
+            (b"foobar", -790332482),
+            (b"a-little-bit-long-string", -985981536),
+            (b"a-little-bit-longer-string", -1486304829),
+            (
+                b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
+                -58897971,
+            ),
+            (b"abc", 479470107),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(
+                murmur2(input) as i32,
+                expected,
+                "murmur2({:?})",
+                String::from_utf8_lossy(input)
+            );
+        }
+    }
+
+    /// From librdkafka's src/rdmurmur2.c (unittest_murmur2), which checks against the Java results.
+    #[test]
+    fn murmur2_matches_librdkafka_vectors() {
+        let short: &[u8] = b"1234";
+        let unaligned: &[u8] = b"PreAmbleWillBeRemoved,ThePrePartThatIs";
+        let cases: [(&[u8], u32); 11] = [
+            (b"kafka", 0xd067cf64),
+            (b"giberish123456789", 0x8f552b0c),
+            (short, 0x9fc97b14),
+            (&short[1..], 0xe7c009ca),
+            (&short[2..], 0x873930da),
+            (&short[3..], 0x5a4b5ca1),
+            (unaligned, 0x78424f1c),
+            (&unaligned[1..], 0x4a62b377),
+            (&unaligned[2..], 0xe0e4e09e),
+            (&unaligned[3..], 0x62b8b43f),
+            (b"", 0x106e08d9),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(
+                murmur2(input),
+                expected,
+                "murmur2({:?})",
+                String::from_utf8_lossy(input)
+            );
+        }
+    }
+
+    #[test]
+    fn key_partition_is_to_positive_modulo() {
+        // murmur2("kafka") = 0xd067cf64 is negative as a Java int: toPositive clears the sign bit.
+        assert_eq!(
+            partition_for_key(b"kafka", 1000),
+            (0xd067cf64u32 & 0x7fffffff) % 1000
+        );
+        assert_eq!(partition_for_key(b"kafka", 1), 0);
+        for n in 1..20 {
+            assert!(partition_for_key(b"anything", n) < n);
+        }
+    }
+
+    #[test]
+    fn null_keys_stick_to_one_partition_per_batch() {
+        let mut p = Partitioner::new(3, 5);
+        assert_eq!(p.partition(None), 2);
+        assert_eq!(p.partition(None), 2);
+        p.next_batch();
+        assert_eq!(p.partition(None), 0);
+        assert_eq!(p.partition(Some(b"21")), partition_for_key(b"21", 3));
+    }
+}
