@@ -468,11 +468,15 @@ fn acks_settings_and_follow() {
     let topic = unique_topic("follow");
     broker.ok(&["topic", "create", &topic, "-p", "2"], "");
 
+    // --offset 0 reads whatever was produced before the follower got going, so there is no start-up race; what
+    // makes it a test of --follow is the record produced after the first three were seen.
     let mut follower = Command::new(ANNAL)
         .args([
             "consume",
             &topic,
             "--follow",
+            "--offset",
+            "0",
             "--format",
             "value",
             "-b",
@@ -482,8 +486,6 @@ fn acks_settings_and_follow() {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn consume --follow");
-    // Let the follower read the end offsets before producing, so it sees only the new records.
-    std::thread::sleep(Duration::from_millis(1500));
     broker.ok(&["produce", &topic, "--acks", "0"], "acks-0\n");
     broker.ok(&["produce", &topic, "--acks", "1"], "acks-1\n");
     broker.ok(&["produce", &topic, "--acks", "all"], "acks-all\n");
@@ -498,17 +500,31 @@ fn acks_settings_and_follow() {
             }
         }
     });
-    let mut seen = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while seen.len() < 3 && Instant::now() < deadline {
-        if let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
-            seen.push(line);
+    let wait_for = |n: usize, seen: &mut Vec<String>| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while seen.len() < n && Instant::now() < deadline {
+            if let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
+                seen.push(line);
+            }
         }
-    }
+    };
+    let mut seen = Vec::new();
+    wait_for(3, &mut seen);
+    let mut first_three = seen.clone();
+    first_three.sort();
+    assert_eq!(first_three, ["acks-0", "acks-1", "acks-all"]);
+
+    broker.ok(&["produce", &topic], "later\n");
+    wait_for(4, &mut seen);
+    let still_running = follower.try_wait().expect("poll follower").is_none();
     let _ = follower.kill();
     let _ = follower.wait();
-    seen.sort();
-    assert_eq!(seen, ["acks-0", "acks-1", "acks-all"]);
+    assert_eq!(
+        seen.get(3).map(String::as_str),
+        Some("later"),
+        "the follower saw {seen:?}"
+    );
+    assert!(still_running, "consume --follow exited on its own");
     broker.delete_quietly(&topic);
 }
 
