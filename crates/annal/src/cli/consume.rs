@@ -177,6 +177,8 @@ async fn consume(args: &ConsumeArgs) -> Result<()> {
                 )
             })?;
             let stop = stop_at.as_ref().map(|s| s[&part.partition]);
+            // Continue after the last complete batch (records missing from its end, e.g. compacted away, do not
+            // make us fetch it again), unless we stop inside it.
             let mut next = decoded.next_offset.unwrap_or(position).max(position);
             for record in &decoded.records {
                 if stop.is_some_and(|s| record.offset >= s) || printed >= limit {
@@ -185,7 +187,6 @@ async fn consume(args: &ConsumeArgs) -> Result<()> {
                 }
                 format_record(args.format, &topic.name, part.partition, record, &mut buf);
                 printed += 1;
-                next = record.offset + 1;
             }
             if decoded.next_offset.is_none() && decoded.truncated {
                 // Not even one whole batch fit: ask for more next time (bounded).
