@@ -268,33 +268,50 @@ impl Client {
 
     /// Metadata for one topic, waiting briefly while leaders are being elected (right after creation).
     pub async fn topic(&mut self, name: &str) -> Result<TopicMetadata> {
-        let mut delay = Duration::from_millis(50);
-        for attempt in 0.. {
+        self.topic_metadata(name, false).await
+    }
+
+    /// Like `topic`, for a topic just created: until it shows up, "unknown topic" means "not visible yet"
+    /// (a KRaft broker learns about new topics asynchronously).
+    pub async fn created_topic(&mut self, name: &str) -> Result<TopicMetadata> {
+        self.topic_metadata(name, true).await
+    }
+
+    async fn topic_metadata(&mut self, name: &str, just_created: bool) -> Result<TopicMetadata> {
+        const ATTEMPTS: u32 = 40; // about 15 s with the delays below
+        let mut delay = Duration::from_millis(20);
+        for attempt in 1..=ATTEMPTS {
             let mut topics = self.metadata(Some(&[name])).await?;
             let (code, meta) = topics.pop().ok_or_else(|| {
                 anyhow!("broker answered Metadata for '{name}' without the topic")
             })?;
-            let waiting = code == errors::LEADER_NOT_AVAILABLE
-                || (code == 0
-                    && (meta.partitions.is_empty()
-                        || meta.partitions.iter().any(|p| p.leader < 0)));
-            match code {
-                errors::UNKNOWN_TOPIC_OR_PARTITION => return Err(errors::topic_missing(name)),
-                _ if waiting && attempt < 40 => {
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_millis(500));
-                }
-                0 if !waiting => return Ok(meta),
-                0 => {
+            let leaderless =
+                meta.partitions.is_empty() || meta.partitions.iter().any(|p| p.leader < 0);
+            let not_yet = code == errors::LEADER_NOT_AVAILABLE
+                || (code == errors::UNKNOWN_TOPIC_OR_PARTITION && just_created)
+                || (code == 0 && leaderless);
+            if not_yet && attempt < ATTEMPTS {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_millis(500));
+                continue;
+            }
+            return match code {
+                0 if !leaderless => Ok(meta),
+                0 | errors::LEADER_NOT_AVAILABLE => {
                     bail!("topic '{name}' has partitions without a leader; is the broker healthy?")
                 }
+                errors::UNKNOWN_TOPIC_OR_PARTITION if just_created => bail!(
+                    "topic '{name}' was created but the broker still does not list it; \
+                     check with `annal topic list` in a moment"
+                ),
+                errors::UNKNOWN_TOPIC_OR_PARTITION => Err(errors::topic_missing(name)),
                 code => bail!(
                     "cannot get metadata for topic '{name}': {}",
                     error_name(code)
                 ),
-            }
+            };
         }
-        unreachable!("the loop returns")
+        unreachable!("the last attempt returns")
     }
 
     pub async fn create_topic(
