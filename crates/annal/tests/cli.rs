@@ -483,7 +483,7 @@ fn acks_settings_and_follow() {
             &broker.addr,
         ])
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("spawn consume --follow");
     broker.ok(&["produce", &topic, "--acks", "0"], "acks-0\n");
@@ -512,7 +512,14 @@ fn acks_settings_and_follow() {
     wait_for(3, &mut seen);
     let mut first_three = seen.clone();
     first_three.sort();
-    assert_eq!(first_three, ["acks-0", "acks-1", "acks-all"]);
+    if first_three != ["acks-0", "acks-1", "acks-all"] {
+        let _ = follower.kill();
+        let out = follower.wait_with_output().expect("follower output");
+        panic!(
+            "the follower saw {seen:?}; its stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 
     broker.ok(&["produce", &topic], "later\n");
     wait_for(4, &mut seen);

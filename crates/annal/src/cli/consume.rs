@@ -149,13 +149,8 @@ async fn consume(args: &ConsumeArgs) -> Result<()> {
                     positions.insert(part.partition, reset);
                     continue;
                 }
-                errors::UNKNOWN_TOPIC_OR_PARTITION | errors::UNKNOWN_TOPIC_ID => {
-                    bail!(
-                        "topic '{}' (partition {}) no longer exists; was it deleted?",
-                        topic.name,
-                        part.partition
-                    )
-                }
+                // Includes UNKNOWN_TOPIC_OR_PARTITION: the metadata refresh below tells a deleted topic (error)
+                // from one the broker is still loading.
                 code if errors::is_retriable(code) => {
                     refresh_metadata = true;
                     continue;

@@ -487,39 +487,43 @@ impl Client {
         partitions: &[i32],
         timestamp: i64,
     ) -> Result<BTreeMap<i32, ListedOffset>> {
+        const ATTEMPTS: u32 = 10;
         let mut out = BTreeMap::new();
-        for (leader, parts) in group_by_leader(topic, partitions)? {
-            let request = ListOffsetsRequest::default()
-                .with_replica_id(BrokerId(-1))
-                .with_isolation_level(0)
-                .with_timeout_ms(ADMIN_TIMEOUT_MS)
-                .with_topics(vec![ListOffsetsTopic::default()
-                    .with_name(topic_name(&topic.name))
-                    .with_partitions(
-                        parts
-                            .iter()
-                            .map(|p| {
-                                ListOffsetsPartition::default()
-                                    .with_partition_index(p.index)
-                                    .with_current_leader_epoch(p.leader_epoch)
-                                    .with_timestamp(timestamp)
-                            })
-                            .collect(),
-                    )]);
-            let (response, _) = self
-                .node(leader)
-                .await?
-                .send(&request, versions::LIST_OFFSETS)
-                .await?;
-            for t in response.topics {
-                for p in t.partitions {
+        let mut topic = topic.clone();
+        let mut pending: Vec<i32> = partitions.to_vec();
+        for attempt in 1..=ATTEMPTS {
+            // Partitions that answered with a retriable error (leader moved, partition not loaded yet right
+            // after creation), with the last error seen.
+            let mut retry: Vec<(i32, i16)> = Vec::new();
+            for (leader, parts) in group_by_leader(&topic, &pending)? {
+                let request = ListOffsetsRequest::default()
+                    .with_replica_id(BrokerId(-1))
+                    .with_isolation_level(0)
+                    .with_timeout_ms(ADMIN_TIMEOUT_MS)
+                    .with_topics(vec![ListOffsetsTopic::default()
+                        .with_name(topic_name(&topic.name))
+                        .with_partitions(
+                            parts
+                                .iter()
+                                .map(|p| {
+                                    ListOffsetsPartition::default()
+                                        .with_partition_index(p.index)
+                                        .with_current_leader_epoch(p.leader_epoch)
+                                        .with_timestamp(timestamp)
+                                })
+                                .collect(),
+                        )]);
+                let (response, _) = self
+                    .node(leader)
+                    .await?
+                    .send(&request, versions::LIST_OFFSETS)
+                    .await?;
+                for p in response.topics.into_iter().flat_map(|t| t.partitions) {
                     match p.error_code {
                         0 => {
                             out.insert(p.partition_index, ListedOffset { offset: p.offset });
                         }
-                        errors::UNKNOWN_TOPIC_OR_PARTITION => {
-                            return Err(errors::topic_missing(&topic.name))
-                        }
+                        code if errors::is_retriable(code) => retry.push((p.partition_index, code)),
                         code => bail!(
                             "cannot list offsets of partition {} of topic '{}': {}",
                             p.partition_index,
@@ -529,6 +533,23 @@ impl Client {
                     }
                 }
             }
+            if retry.is_empty() {
+                break;
+            }
+            if attempt == ATTEMPTS {
+                let (p, code) = retry[0];
+                if code == errors::UNKNOWN_TOPIC_OR_PARTITION {
+                    return Err(errors::topic_missing(&topic.name));
+                }
+                bail!(
+                    "cannot list offsets of partition {p} of topic '{}': {} (still, after {ATTEMPTS} attempts)",
+                    topic.name,
+                    error_name(code)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+            topic = self.topic(&topic.name).await?;
+            pending = retry.into_iter().map(|(p, _)| p).collect();
         }
         for p in partitions {
             if !out.contains_key(p) {
