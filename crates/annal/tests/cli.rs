@@ -33,22 +33,21 @@ impl Broker {
         let data = tempfile::tempdir().expect("temp dir");
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
+        // The broker's log goes to a file: a pipe nobody reads would block it once full.
+        let log_path = data.path().join("broker.log");
+        let log = std::fs::File::create(&log_path).expect("broker log file");
         let mut child = Command::new(ANNAL)
             .args(["serve", "--data-dir"])
-            .arg(data.path())
+            .arg(data.path().join("data"))
             .args(["--listen", &addr])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stdout(log.try_clone().expect("clone log handle"))
+            .stderr(log)
             .spawn()
             .expect("spawn annal serve");
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(status) = child.try_wait().expect("poll annal serve") {
-                let mut err = String::new();
-                if let Some(mut stderr) = child.stderr.take() {
-                    use std::io::Read;
-                    let _ = stderr.read_to_string(&mut err);
-                }
+                let err = std::fs::read_to_string(&log_path).unwrap_or_default();
                 panic!("annal serve exited with {status} before listening on {addr}: {err}");
             }
             if TcpStream::connect(&addr).is_ok() {
