@@ -18,7 +18,8 @@ const ANNAL: &str = env!("CARGO_BIN_EXE_annal");
 struct Broker {
     addr: String,
     child: Option<Child>,
-    _data: Option<tempfile::TempDir>,
+    /// The data directory and the directory holding the broker's log, removed on drop.
+    _dirs: Option<(tempfile::TempDir, tempfile::TempDir)>,
 }
 
 impl Broker {
@@ -34,11 +35,12 @@ impl Broker {
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
         // The broker's log goes to a file: a pipe nobody reads would block it once full.
-        let log_path = data.path().join("broker.log");
+        let logs = tempfile::tempdir().expect("temp dir");
+        let log_path = logs.path().join("broker.log");
         let log = std::fs::File::create(&log_path).expect("broker log file");
         let mut child = Command::new(ANNAL)
             .args(["serve", "--data-dir"])
-            .arg(data.path().join("data"))
+            .arg(data.path())
             .args(["--listen", &addr])
             .stdout(log.try_clone().expect("clone log handle"))
             .stderr(log)
