@@ -28,7 +28,7 @@ impl Broker {
             return Broker {
                 addr,
                 child: None,
-                _data: None,
+                _dirs: None,
             };
         }
         let data = tempfile::tempdir().expect("temp dir");
@@ -64,7 +64,7 @@ impl Broker {
         Broker {
             addr,
             child: Some(child),
-            _data: Some(data),
+            _dirs: Some((data, logs)),
         }
     }
 
