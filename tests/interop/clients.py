@@ -135,6 +135,9 @@ def ck_poll_nothing(consumer, seconds):
 
 
 def kp_producer(broker, **conf):
+    # kafka-python 3.x is idempotent by default (InitProducerId, issue 6); these helpers test plain Produce unless
+    # a test asks for idempotence explicitly.
+    conf.setdefault("enable_idempotence", False)
     return kafka.KafkaProducer(bootstrap_servers=broker.bootstrap, **conf)
 
 

@@ -10,12 +10,12 @@ import pytest
 
 from clients import ck_consume, ck_producer, create_topic
 
-pytestmark = pytest.mark.restart
 
 TOTAL = 6000
 PARTITIONS = 2
 
 
+@pytest.mark.restart
 def test_librdkafka_idempotent_producer_across_kill9(own_broker):
     b = own_broker
     create_topic(b, "idem", partitions=PARTITIONS)
@@ -85,3 +85,30 @@ def test_librdkafka_idempotent_producer_across_kill9(own_broker):
             assert consumer.get_watermark_offsets(ck.TopicPartition("idem", p), timeout=30) == (0, len(want))
         finally:
             consumer.close()
+
+
+def test_kafka_python_default_producer_is_idempotent_and_exactly_once(broker, topic_name):
+    """kafka-python 3.x, like the Java client, defaults to enable_idempotence=True with acks=all."""
+    import kafka
+    from clients import kp_consume
+    create_topic(broker, topic_name, partitions=1)
+    producer = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
+    try:
+        futures = [producer.send(topic_name, value=b"d-%d" % i) for i in range(500)]
+        producer.flush(timeout=60)
+        offsets = [f.get(timeout=60).offset for f in futures]
+    finally:
+        producer.close()
+    assert offsets == list(range(500))
+    got = kp_consume(broker, topic_name, [0], 500)
+    assert [r.value for r in got] == [b"d-%d" % i for i in range(500)]
+    # The broker tracked the producer's sequence numbers (DescribeProducers): one producer, last sequence 499.
+    admin = kafka.KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        tp = kafka.TopicPartition(topic_name, 0)
+        state = admin.describe_producers([tp])[tp]
+    finally:
+        admin.close()
+    assert len(state.active_producers) == 1, state
+    p = state.active_producers[0]
+    assert p.producer_id >= 0 and p.producer_epoch >= 0 and p.last_sequence == 499, p

@@ -18,7 +18,8 @@ const ANNAL: &str = env!("CARGO_BIN_EXE_annal");
 struct Broker {
     addr: String,
     child: Option<Child>,
-    _data: Option<tempfile::TempDir>,
+    /// The data directory and the directory holding the broker's log, removed on drop.
+    _dirs: Option<(tempfile::TempDir, tempfile::TempDir)>,
 }
 
 impl Broker {
@@ -27,28 +28,28 @@ impl Broker {
             return Broker {
                 addr,
                 child: None,
-                _data: None,
+                _dirs: None,
             };
         }
         let data = tempfile::tempdir().expect("temp dir");
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
+        // The broker's log goes to a file: a pipe nobody reads would block it once full.
+        let logs = tempfile::tempdir().expect("temp dir");
+        let log_path = logs.path().join("broker.log");
+        let log = std::fs::File::create(&log_path).expect("broker log file");
         let mut child = Command::new(ANNAL)
             .args(["serve", "--data-dir"])
             .arg(data.path())
             .args(["--listen", &addr])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stdout(log.try_clone().expect("clone log handle"))
+            .stderr(log)
             .spawn()
             .expect("spawn annal serve");
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(status) = child.try_wait().expect("poll annal serve") {
-                let mut err = String::new();
-                if let Some(mut stderr) = child.stderr.take() {
-                    use std::io::Read;
-                    let _ = stderr.read_to_string(&mut err);
-                }
+                let err = std::fs::read_to_string(&log_path).unwrap_or_default();
                 panic!("annal serve exited with {status} before listening on {addr}: {err}");
             }
             if TcpStream::connect(&addr).is_ok() {
@@ -63,7 +64,7 @@ impl Broker {
         Broker {
             addr,
             child: Some(child),
-            _data: Some(data),
+            _dirs: Some((data, logs)),
         }
     }
 
@@ -468,22 +469,24 @@ fn acks_settings_and_follow() {
     let topic = unique_topic("follow");
     broker.ok(&["topic", "create", &topic, "-p", "2"], "");
 
+    // --offset 0 reads whatever was produced before the follower got going, so there is no start-up race; what
+    // makes it a test of --follow is the record produced after the first three were seen.
     let mut follower = Command::new(ANNAL)
         .args([
             "consume",
             &topic,
             "--follow",
+            "--offset",
+            "0",
             "--format",
             "value",
             "-b",
             &broker.addr,
         ])
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("spawn consume --follow");
-    // Let the follower read the end offsets before producing, so it sees only the new records.
-    std::thread::sleep(Duration::from_millis(1500));
     broker.ok(&["produce", &topic, "--acks", "0"], "acks-0\n");
     broker.ok(&["produce", &topic, "--acks", "1"], "acks-1\n");
     broker.ok(&["produce", &topic, "--acks", "all"], "acks-all\n");
@@ -498,17 +501,38 @@ fn acks_settings_and_follow() {
             }
         }
     });
-    let mut seen = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while seen.len() < 3 && Instant::now() < deadline {
-        if let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
-            seen.push(line);
+    let wait_for = |n: usize, seen: &mut Vec<String>| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while seen.len() < n && Instant::now() < deadline {
+            if let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
+                seen.push(line);
+            }
         }
+    };
+    let mut seen = Vec::new();
+    wait_for(3, &mut seen);
+    let mut first_three = seen.clone();
+    first_three.sort();
+    if first_three != ["acks-0", "acks-1", "acks-all"] {
+        let _ = follower.kill();
+        let out = follower.wait_with_output().expect("follower output");
+        panic!(
+            "the follower saw {seen:?}; its stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
+
+    broker.ok(&["produce", &topic], "later\n");
+    wait_for(4, &mut seen);
+    let still_running = follower.try_wait().expect("poll follower").is_none();
     let _ = follower.kill();
     let _ = follower.wait();
-    seen.sort();
-    assert_eq!(seen, ["acks-0", "acks-1", "acks-all"]);
+    assert_eq!(
+        seen.get(3).map(String::as_str),
+        Some("later"),
+        "the follower saw {seen:?}"
+    );
+    assert!(still_running, "consume --follow exited on its own");
     broker.delete_quietly(&topic);
 }
 

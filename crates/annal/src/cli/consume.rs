@@ -84,42 +84,9 @@ async fn consume(args: &ConsumeArgs) -> Result<()> {
         }
         None => topic.partitions.iter().map(|p| p.index).collect(),
     };
-    let earliest = client.list_offsets(&topic, &partitions, EARLIEST).await?;
-    let latest = client.list_offsets(&topic, &partitions, LATEST).await?;
-    let mut positions: BTreeMap<i32, i64> = BTreeMap::new();
-    for &p in &partitions {
-        let (start, end) = (earliest[&p].offset, latest[&p].offset);
-        let position = if args.from_beginning {
-            start
-        } else if let Some(n) = args.offset {
-            if n < start {
-                eprintln!("note: partition {p} starts at offset {start} (older records were deleted); reading from there");
-            } else if n > end {
-                eprintln!("note: partition {p} ends at offset {end}; offset {n} does not exist yet, reading from {end}");
-            }
-            n.clamp(start, end)
-        } else {
-            end
-        };
-        positions.insert(p, position);
-    }
-    if let Some(ts) = args.timestamp {
-        let found = client.list_offsets(&topic, &partitions, ts).await?;
-        for (p, listed) in found {
-            // -1: no record at or after the timestamp, so start at the end.
-            positions.insert(
-                p,
-                if listed.offset < 0 {
-                    latest[&p].offset
-                } else {
-                    listed.offset
-                },
-            );
-        }
-    }
+    let (mut positions, latest) = start_positions(&mut client, &topic, &partitions, args).await?;
     // Without --follow, stop at the end offsets observed now.
-    let stop_at: Option<BTreeMap<i32, i64>> =
-        (!args.follow).then(|| latest.iter().map(|(p, o)| (*p, o.offset)).collect());
+    let stop_at: Option<BTreeMap<i32, i64>> = (!args.follow).then(|| latest.clone());
     if let Some(stop) = &stop_at {
         positions.retain(|p, pos| *pos < stop[p]);
     }
@@ -149,13 +116,8 @@ async fn consume(args: &ConsumeArgs) -> Result<()> {
                     positions.insert(part.partition, reset);
                     continue;
                 }
-                errors::UNKNOWN_TOPIC_OR_PARTITION | errors::UNKNOWN_TOPIC_ID => {
-                    bail!(
-                        "topic '{}' (partition {}) no longer exists; was it deleted?",
-                        topic.name,
-                        part.partition
-                    )
-                }
+                // Includes UNKNOWN_TOPIC_OR_PARTITION: the metadata refresh below tells a deleted topic (error)
+                // from one the broker is still loading.
                 code if errors::is_retriable(code) => {
                     refresh_metadata = true;
                     continue;
@@ -177,6 +139,8 @@ async fn consume(args: &ConsumeArgs) -> Result<()> {
                 )
             })?;
             let stop = stop_at.as_ref().map(|s| s[&part.partition]);
+            // Continue after the last complete batch (records missing from its end, e.g. compacted away, do not
+            // make us fetch it again), unless we stop inside it.
             let mut next = decoded.next_offset.unwrap_or(position).max(position);
             for record in &decoded.records {
                 if stop.is_some_and(|s| record.offset >= s) || printed >= limit {
@@ -185,7 +149,6 @@ async fn consume(args: &ConsumeArgs) -> Result<()> {
                 }
                 format_record(args.format, &topic.name, part.partition, record, &mut buf);
                 printed += 1;
-                next = record.offset + 1;
             }
             if decoded.next_offset.is_none() && decoded.truncated {
                 // Not even one whole batch fit: ask for more next time (bounded).
@@ -246,6 +209,54 @@ async fn consume(args: &ConsumeArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Where reading starts in each partition, and each partition's end offset now.
+async fn start_positions(
+    client: &mut Client,
+    topic: &TopicMetadata,
+    partitions: &[i32],
+    args: &ConsumeArgs,
+) -> Result<(BTreeMap<i32, i64>, BTreeMap<i32, i64>)> {
+    let earliest = client.list_offsets(topic, partitions, EARLIEST).await?;
+    let latest: BTreeMap<i32, i64> = client
+        .list_offsets(topic, partitions, LATEST)
+        .await?
+        .into_iter()
+        .map(|(p, o)| (p, o.offset))
+        .collect();
+    let mut positions = BTreeMap::new();
+    for &p in partitions {
+        let (start, end) = (earliest[&p].offset, latest[&p]);
+        let position = if args.from_beginning {
+            start
+        } else if let Some(n) = args.offset {
+            if n < start {
+                eprintln!("note: partition {p} starts at offset {start} (older records were deleted); reading from there");
+            } else if n > end {
+                eprintln!("note: partition {p} ends at offset {end}; offset {n} does not exist yet, reading from {end}");
+            }
+            n.clamp(start, end)
+        } else {
+            // The default (as in kafka-console-consumer); --timestamp is resolved below, in one request.
+            end
+        };
+        positions.insert(p, position);
+    }
+    if let Some(ts) = args.timestamp {
+        for (p, listed) in client.list_offsets(topic, partitions, ts).await? {
+            // -1: no record at or after the timestamp, so start at the end.
+            positions.insert(
+                p,
+                if listed.offset < 0 {
+                    latest[&p]
+                } else {
+                    listed.offset
+                },
+            );
+        }
+    }
+    Ok((positions, latest))
 }
 
 /// After OFFSET_OUT_OF_RANGE (retention deleted the records, or the log was truncated): continue from the

@@ -11,7 +11,8 @@ pub enum Format {
     Text,
     /// The value only, as raw bytes (like kafka-console-consumer).
     Value,
-    /// One JSON object per line: topic, partition, offset, timestamp, timestamp_type, key, value, headers.
+    /// One JSON object per line: topic, partition, offset, timestamp, timestamp_type, key, value, headers
+    /// (key, value and header values as text; bytes that are not UTF-8 become U+FFFD).
     Json,
 }
 

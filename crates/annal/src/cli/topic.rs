@@ -101,7 +101,7 @@ pub async fn run(args: TopicArgs) -> Result<()> {
                 .await?;
             // Creation is asynchronous in KRaft: wait until the partitions have leaders, so the next command
             // (typically `annal produce`) finds the topic ready.
-            let meta = client.topic(&name).await?;
+            let meta = client.created_topic(&name).await?;
             let count = created.partitions.unwrap_or(meta.partitions.len() as i32);
             writeln!(
                 out,

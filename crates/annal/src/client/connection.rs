@@ -150,7 +150,8 @@ impl Connection {
     pub fn pick_version(&self, key: ApiKey, ours: (i16, i16)) -> Result<i16> {
         let Some(&(their_min, their_max)) = self.broker_versions.get(&(key as i16)) else {
             bail!(
-                "broker at {} does not support the {key:?} API, which this command needs",
+                "broker at {} does not support the {key:?} API, which this command needs; \
+                 is that address a broker's client listener (not a controller port)?",
                 self.addr
             );
         };

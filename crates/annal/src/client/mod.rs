@@ -268,33 +268,50 @@ impl Client {
 
     /// Metadata for one topic, waiting briefly while leaders are being elected (right after creation).
     pub async fn topic(&mut self, name: &str) -> Result<TopicMetadata> {
-        let mut delay = Duration::from_millis(50);
-        for attempt in 0.. {
+        self.topic_metadata(name, false).await
+    }
+
+    /// Like `topic`, for a topic just created: until it shows up, "unknown topic" means "not visible yet"
+    /// (a KRaft broker learns about new topics asynchronously).
+    pub async fn created_topic(&mut self, name: &str) -> Result<TopicMetadata> {
+        self.topic_metadata(name, true).await
+    }
+
+    async fn topic_metadata(&mut self, name: &str, just_created: bool) -> Result<TopicMetadata> {
+        const ATTEMPTS: u32 = 40; // about 15 s with the delays below
+        let mut delay = Duration::from_millis(20);
+        for attempt in 1..=ATTEMPTS {
             let mut topics = self.metadata(Some(&[name])).await?;
             let (code, meta) = topics.pop().ok_or_else(|| {
                 anyhow!("broker answered Metadata for '{name}' without the topic")
             })?;
-            let waiting = code == errors::LEADER_NOT_AVAILABLE
-                || (code == 0
-                    && (meta.partitions.is_empty()
-                        || meta.partitions.iter().any(|p| p.leader < 0)));
-            match code {
-                errors::UNKNOWN_TOPIC_OR_PARTITION => return Err(errors::topic_missing(name)),
-                _ if waiting && attempt < 40 => {
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_millis(500));
-                }
-                0 if !waiting => return Ok(meta),
-                0 => {
+            let leaderless =
+                meta.partitions.is_empty() || meta.partitions.iter().any(|p| p.leader < 0);
+            let not_yet = code == errors::LEADER_NOT_AVAILABLE
+                || (code == errors::UNKNOWN_TOPIC_OR_PARTITION && just_created)
+                || (code == 0 && leaderless);
+            if not_yet && attempt < ATTEMPTS {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_millis(500));
+                continue;
+            }
+            return match code {
+                0 if !leaderless => Ok(meta),
+                0 | errors::LEADER_NOT_AVAILABLE => {
                     bail!("topic '{name}' has partitions without a leader; is the broker healthy?")
                 }
+                errors::UNKNOWN_TOPIC_OR_PARTITION if just_created => bail!(
+                    "topic '{name}' was created but the broker still does not list it; \
+                     check with `annal topic list` in a moment"
+                ),
+                errors::UNKNOWN_TOPIC_OR_PARTITION => Err(errors::topic_missing(name)),
                 code => bail!(
                     "cannot get metadata for topic '{name}': {}",
                     error_name(code)
                 ),
-            }
+            };
         }
-        unreachable!("the loop returns")
+        unreachable!("the last attempt returns")
     }
 
     pub async fn create_topic(
@@ -470,39 +487,43 @@ impl Client {
         partitions: &[i32],
         timestamp: i64,
     ) -> Result<BTreeMap<i32, ListedOffset>> {
+        const ATTEMPTS: u32 = 10;
         let mut out = BTreeMap::new();
-        for (leader, parts) in group_by_leader(topic, partitions)? {
-            let request = ListOffsetsRequest::default()
-                .with_replica_id(BrokerId(-1))
-                .with_isolation_level(0)
-                .with_timeout_ms(ADMIN_TIMEOUT_MS)
-                .with_topics(vec![ListOffsetsTopic::default()
-                    .with_name(topic_name(&topic.name))
-                    .with_partitions(
-                        parts
-                            .iter()
-                            .map(|p| {
-                                ListOffsetsPartition::default()
-                                    .with_partition_index(p.index)
-                                    .with_current_leader_epoch(p.leader_epoch)
-                                    .with_timestamp(timestamp)
-                            })
-                            .collect(),
-                    )]);
-            let (response, _) = self
-                .node(leader)
-                .await?
-                .send(&request, versions::LIST_OFFSETS)
-                .await?;
-            for t in response.topics {
-                for p in t.partitions {
+        let mut topic = topic.clone();
+        let mut pending: Vec<i32> = partitions.to_vec();
+        for attempt in 1..=ATTEMPTS {
+            // Partitions that answered with a retriable error (leader moved, partition not loaded yet right
+            // after creation), with the last error seen.
+            let mut retry: Vec<(i32, i16)> = Vec::new();
+            for (leader, parts) in group_by_leader(&topic, &pending)? {
+                let request = ListOffsetsRequest::default()
+                    .with_replica_id(BrokerId(-1))
+                    .with_isolation_level(0)
+                    .with_timeout_ms(ADMIN_TIMEOUT_MS)
+                    .with_topics(vec![ListOffsetsTopic::default()
+                        .with_name(topic_name(&topic.name))
+                        .with_partitions(
+                            parts
+                                .iter()
+                                .map(|p| {
+                                    ListOffsetsPartition::default()
+                                        .with_partition_index(p.index)
+                                        .with_current_leader_epoch(p.leader_epoch)
+                                        .with_timestamp(timestamp)
+                                })
+                                .collect(),
+                        )]);
+                let (response, _) = self
+                    .node(leader)
+                    .await?
+                    .send(&request, versions::LIST_OFFSETS)
+                    .await?;
+                for p in response.topics.into_iter().flat_map(|t| t.partitions) {
                     match p.error_code {
                         0 => {
                             out.insert(p.partition_index, ListedOffset { offset: p.offset });
                         }
-                        errors::UNKNOWN_TOPIC_OR_PARTITION => {
-                            return Err(errors::topic_missing(&topic.name))
-                        }
+                        code if errors::is_retriable(code) => retry.push((p.partition_index, code)),
                         code => bail!(
                             "cannot list offsets of partition {} of topic '{}': {}",
                             p.partition_index,
@@ -512,6 +533,23 @@ impl Client {
                     }
                 }
             }
+            if retry.is_empty() {
+                break;
+            }
+            if attempt == ATTEMPTS {
+                let (p, code) = retry[0];
+                if code == errors::UNKNOWN_TOPIC_OR_PARTITION {
+                    return Err(errors::topic_missing(&topic.name));
+                }
+                bail!(
+                    "cannot list offsets of partition {p} of topic '{}': {} (still, after {ATTEMPTS} attempts)",
+                    topic.name,
+                    error_name(code)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+            topic = self.topic(&topic.name).await?;
+            pending = retry.into_iter().map(|(p, _)| p).collect();
         }
         for p in partitions {
             if !out.contains_key(p) {

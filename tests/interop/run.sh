@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Interop suite: unchanged Kafka clients (librdkafka via confluent-kafka, kafka-python, Java kafka-clients 4.x, kcat)
+# against real broker processes. Installs what it needs by itself (Python venv under .cache/, Maven artifacts,
+# kcat from Debian), so it runs on a fresh machine.
+#
+#   ANNAL_BIN=target/release/annal tests/interop/run.sh      the normal run: tests start `annal serve` processes
+#   INTEROP_BROKER=kafka tests/interop/run.sh                 the same tests against real Apache Kafka 4.x processes
+#   INTEROP_BOOTSTRAP=127.0.0.1:19092 tests/interop/run.sh    against a running broker (restart/on-disk tests skip)
+#   INTEROP_GROUPS=1                                          also run the consumer-group tests (issue 4)
+#   INTEROP_ONLY=python|java                                  run one half only
+#   extra arguments go to pytest (e.g. -k codec -x)
+# Exits non-zero if any test fails. Ends with one summary line "interop: N passed, N failed, N skipped".
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+cache="$repo/.cache"
+venv="$cache/interop-venv"
+reports="$cache/interop-reports"
+mkdir -p "$cache"
+rm -rf "$reports" && mkdir -p "$reports"
+
+die() { echo "interop: $*" >&2; exit 2; }
+
+if [ -z "${INTEROP_BOOTSTRAP:-}" ] && [ "${INTEROP_BROKER:-}" != "kafka" ]; then
+  [ -n "${ANNAL_BIN:-}" ] || die "set ANNAL_BIN to the annal binary (or INTEROP_BROKER=kafka / INTEROP_BOOTSTRAP)"
+  [ -x "$ANNAL_BIN" ] || die "ANNAL_BIN=$ANNAL_BIN is not an executable file; build it: cargo build --release"
+  ANNAL_BIN="$(cd "$(dirname "$ANNAL_BIN")" && pwd)/$(basename "$ANNAL_BIN")"
+  export ANNAL_BIN
+fi
+
+echo "== interop: installing test dependencies"
+# Python: a venv with pinned clients; reinstalled only when requirements.txt changes.
+stamp="$venv/.requirements.sha256"
+want="$(sha256sum "$here/requirements.txt" | cut -d' ' -f1)"
+if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  python3 -m venv "$venv" || die "python3 -m venv failed (Debian: apt-get install python3-venv)"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$here/requirements.txt" || die "pip install failed"
+  echo "$want" > "$stamp"
+fi
+# Apache Kafka jars (DumpLogSegments, and the Kafka broker for INTEROP_BROKER=kafka), from Maven Central.
+"$repo/scripts/kafka/fetch.sh" > /dev/null || die "could not resolve the Apache Kafka jars with Maven"
+# kcat, for the smoke test only: if apt cannot install it, that one test skips and says why.
+if ! command -v kcat > /dev/null && ! command -v kafkacat > /dev/null; then
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat; } > "$cache/apt-kcat.log" 2>&1; then
+    echo "interop: could not install kcat with apt (see $cache/apt-kcat.log); the kcat smoke test will skip"
+  fi
+fi
+
+python_rc=0
+java_rc=0
+start=$SECONDS
+
+if [ "${INTEROP_ONLY:-python}" = "python" ] || [ -z "${INTEROP_ONLY:-}" ]; then
+  echo "== interop: Python clients (confluent-kafka/librdkafka, kafka-python), raw protocol, DumpLogSegments, kcat"
+  (cd "$here" && "$venv/bin/python" -m pytest -q --durations=15 --junitxml="$reports/pytest.xml" "$@")
+  python_rc=$?
+fi
+
+if [ "${INTEROP_ONLY:-java}" = "java" ] || [ -z "${INTEROP_ONLY:-}" ]; then
+  echo "== interop: Java kafka-clients"
+  groups_arg=()
+  if [ "${INTEROP_GROUPS:-}" = "1" ]; then groups_arg=(-Dinterop.excludedGroups=none); fi
+  (cd "$here/java" && mvn -B -q -ntp test -Dinterop.repo="$repo" "${groups_arg[@]}" \
+     -Dsurefire.reportsDirectory="$reports/surefire")
+  java_rc=$?
+fi
+
+# One closing line over both runners, from their JUnit XML reports.
+"$venv/bin/python" - "$reports" <<'PY'
+import sys, pathlib, xml.etree.ElementTree as ET
+tests = failures = errors = skipped = 0
+for f in pathlib.Path(sys.argv[1]).rglob("*.xml"):
+    root = ET.parse(f).getroot()
+    for suite in ([root] if root.tag == "testsuite" else root.iter("testsuite")):
+        tests += int(suite.get("tests", 0)); failures += int(suite.get("failures", 0))
+        errors += int(suite.get("errors", 0)); skipped += int(suite.get("skipped", 0))
+failed = failures + errors
+print(f"interop: {tests - failed - skipped} passed, {failed} failed, {skipped} skipped")
+PY
+echo "interop: took $((SECONDS - start)) s (python rc=$python_rc, java rc=$java_rc)"
+[ "$python_rc" -eq 0 ] && [ "$java_rc" -eq 0 ]
