@@ -4,6 +4,7 @@
 //! Storage is delegated to [`annal_log`]; this crate knows the network, the engine knows the disk.
 
 pub mod config;
+pub mod group;
 
 pub use config::BrokerConfig;
 
