@@ -11,11 +11,12 @@ use std::time::Duration;
 use annal_broker::group::GroupConfig;
 use group_support::*;
 
+/// Per group: `(topic, partition, offset, metadata)` expected from OffsetFetch.
+type Expected = Vec<(String, Vec<(String, i32, i64, String)>)>;
+
 /// Commits a known pattern over many groups (spread over many `__consumer_offsets` partitions), overwriting
 /// some offsets, deleting one group, and returns what must be there afterwards.
-async fn commit_pattern(
-    c: &annal_broker::group::GroupCoordinator,
-) -> Vec<(String, Vec<(String, i32, i64, String)>)> {
+async fn commit_pattern(c: &annal_broker::group::GroupCoordinator) -> Expected {
     let mut expected = Vec::new();
     for g in 0..20 {
         let group = format!("group-{g}");
@@ -56,10 +57,7 @@ async fn commit_pattern(
     expected
 }
 
-async fn check_pattern(
-    c: &annal_broker::group::GroupCoordinator,
-    expected: &[(String, Vec<(String, i32, i64, String)>)],
-) {
+async fn check_pattern(c: &annal_broker::group::GroupCoordinator, expected: &Expected) {
     for (group, offsets) in expected {
         let got = fetch(c, group, Some(&[("t", vec![0, 1])])).await;
         assert_eq!(&got, offsets, "group {group}");

@@ -202,7 +202,7 @@ impl Group {
         let mut best: Option<(&str, usize)> = None;
         for c in candidates {
             let v = votes.get(c).copied().unwrap_or(0);
-            if best.map_or(true, |(_, b)| v > b) {
+            if best.is_none_or(|(_, b)| v > b) {
                 best = Some((c, v));
             }
         }
@@ -560,11 +560,11 @@ impl State {
             let type_ok = req
                 .protocol_type
                 .as_ref()
-                .map_or(true, |t| group.protocol_type.as_deref() == Some(t.as_str()));
+                .is_none_or(|t| group.protocol_type.as_deref() == Some(t.as_str()));
             let name_ok = req
                 .protocol_name
                 .as_ref()
-                .map_or(true, |n| group.protocol_name.as_deref() == Some(n.as_str()));
+                .is_none_or(|n| group.protocol_name.as_deref() == Some(n.as_str()));
             if !type_ok || !name_ok {
                 return Reply::Now(sync_error(code::INCONSISTENT_GROUP_PROTOCOL));
             }
@@ -1348,13 +1348,8 @@ fn apply_record(
 /// Topics of a consumer-protocol subscription (`ConsumerProtocolSubscription`: i16 version, then the topics
 /// array). `None` when it cannot be decoded.
 pub(super) fn decode_subscription(metadata: &[u8]) -> Option<Vec<String>> {
-    let (version, body) = (
-        i16::from_be_bytes(metadata.get(..2)?.try_into().ok()?),
-        metadata.get(2..)?,
-    );
-    let mut r = &body[..];
-    // All versions (0-3) start with a non-flexible `topics: [string]`.
-    let _ = version;
+    // All versions (0-3) start with a non-flexible `topics: [string]` after the i16 version.
+    let mut r = metadata.get(2..)?;
     let count = i32::from_be_bytes(r.get(..4)?.try_into().ok()?);
     r = &r[4..];
     if count < 0 || count as usize > r.len() / 2 {

@@ -279,7 +279,7 @@ impl State {
                 let mut out: Vec<(String, Vec<Fetched>)> = Vec::new();
                 if let Some(g) = group {
                     for ((topic, partition), _) in g.offsets.iter() {
-                        if out.last().map_or(true, |(t, _)| t != topic) {
+                        if out.last().is_none_or(|(t, _)| t != topic) {
                             out.push((topic.clone(), Vec::new()));
                         }
                         out.last_mut()
@@ -320,7 +320,7 @@ impl State {
         let mut deleted = Vec::new();
         for topic in &req.topics {
             let name = topic.name.0.to_string();
-            let blocked = active && subscribed.as_ref().map_or(true, |set| set.contains(&name));
+            let blocked = active && subscribed.as_ref().is_none_or(|set| set.contains(&name));
             let mut t = OffsetDeleteResponseTopic::default().with_name(topic.name.clone());
             for p in &topic.partitions {
                 let e = if blocked {
@@ -385,18 +385,14 @@ impl State {
         let mut writes: Vec<(u32, Vec<Record>)> = Vec::new();
         let mut dead_groups = Vec::new();
         for g in self.groups.values_mut() {
-            let base: Option<Box<dyn Fn(&OffsetEntry) -> i64>> = match (&g.protocol_type, g.state) {
-                (None, _) => Some(Box::new(|e: &OffsetEntry| e.commit_timestamp)),
-                (Some(_), GroupState::Empty) => {
-                    let since = g.state_timestamp_ms;
-                    Some(Box::new(move |_: &OffsetEntry| since))
-                }
-                (Some(t), GroupState::Stable) if t == "consumer" => {
-                    Some(Box::new(|e: &OffsetEntry| e.commit_timestamp))
-                }
-                _ => None,
+            // Where each offset's retention period starts: its commit, or when the group became empty.
+            let empty_since: Option<i64> = match (&g.protocol_type, g.state) {
+                (None, _) => None,
+                (Some(_), GroupState::Empty) => Some(g.state_timestamp_ms),
+                (Some(t), GroupState::Stable) if t == "consumer" => None,
+                _ => continue,
             };
-            let Some(base) = base else { continue };
+            let base = |e: &OffsetEntry| empty_since.unwrap_or(e.commit_timestamp);
             let keep_subscribed = if g.state == GroupState::Stable {
                 match g.subscribed_topics() {
                     Some(t) => Some(t),

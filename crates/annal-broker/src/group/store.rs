@@ -18,6 +18,9 @@ const REWRITE_BATCH_RECORDS: usize = 512;
 /// Bytes read per step while replaying.
 const REPLAY_READ_BYTES: usize = 1 << 20;
 
+/// A record's key and value as slices of a batch (`None` = null).
+type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
 /// One key/value record; `value: None` is a tombstone.
 pub struct Record {
     pub key: Vec<u8>,
@@ -309,7 +312,7 @@ fn sync_dir(dir: &Path) {
 }
 
 fn build(records: &[Record], now_ms: i64) -> Vec<u8> {
-    let pairs: Vec<(Option<&[u8]>, Option<&[u8]>)> = records
+    let pairs: Vec<KeyValue> = records
         .iter()
         .map(|r| (Some(r.key.as_slice()), r.value.as_deref()))
         .collect();
@@ -351,7 +354,7 @@ fn for_each_record(batch: &[u8], apply: &mut impl FnMut(&[u8], Option<&[u8]>)) -
 }
 
 /// attributes i8, timestampDelta varlong, offsetDelta varint, key, value, headers.
-fn parse_record_body(body: &[u8]) -> Option<(Option<&[u8]>, Option<&[u8]>)> {
+fn parse_record_body(body: &[u8]) -> Option<KeyValue<'_>> {
     let mut pos = 1usize;
     let (_, used) = batch::read_varlong(body.get(pos..)?)?;
     pos += used;
