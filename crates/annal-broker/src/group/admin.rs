@@ -26,7 +26,7 @@ impl State {
             match self
                 .groups
                 .get(id.0.as_str())
-                .filter(|g| g.state != GroupState::Dead)
+                .filter(|g| g.state != GroupState::Dead && g.consumer.is_none())
             {
                 None => {
                     // Kafka answers an unknown group as a Dead one; v6 (KIP-1043) adds GROUP_ID_NOT_FOUND.
@@ -90,14 +90,21 @@ impl State {
             .groups
             .values()
             .filter(|g| g.state != GroupState::Dead)
-            .filter(|g| states.is_empty() || states.contains(&g.state.name().to_lowercase()))
-            .filter(|_| types.is_empty() || types.iter().any(|t| t == "classic"))
             .map(|g| {
+                let (state, kind) = match &g.consumer {
+                    Some(c) => (c.state_name(), "consumer"),
+                    None => (g.state.name(), "classic"),
+                };
+                (g, state, kind)
+            })
+            .filter(|(_, state, _)| states.is_empty() || states.contains(&state.to_lowercase()))
+            .filter(|(_, _, kind)| types.is_empty() || types.iter().any(|t| t == kind))
+            .map(|(g, state, kind)| {
                 ListedGroup::default()
                     .with_group_id(s(&g.id).into())
                     .with_protocol_type(s(g.protocol_type.as_deref().unwrap_or("")))
-                    .with_group_state(StrBytes::from_static_str(g.state.name()))
-                    .with_group_type(StrBytes::from_static_str("classic"))
+                    .with_group_state(StrBytes::from_static_str(state))
+                    .with_group_type(StrBytes::from_static_str(kind))
             })
             .collect();
         groups.sort_by(|a, b| a.group_id.0.cmp(&b.group_id.0));
@@ -112,9 +119,7 @@ impl State {
                 _ if name.is_empty() => code::INVALID_GROUP_ID,
                 None => code::GROUP_ID_NOT_FOUND,
                 Some(g) if g.state == GroupState::Dead => code::GROUP_ID_NOT_FOUND,
-                Some(g) if g.state != GroupState::Empty || !g.members.is_empty() => {
-                    code::NON_EMPTY_GROUP
-                }
+                Some(g) if g.state != GroupState::Empty || g.has_members() => code::NON_EMPTY_GROUP,
                 Some(g) => {
                     let mut tombstones: Vec<Record> = g
                         .offsets

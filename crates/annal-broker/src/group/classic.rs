@@ -122,6 +122,8 @@ pub(super) struct Group {
     pub offsets: BTreeMap<(String, i32), OffsetEntry>,
     /// Whether a group metadata record is in the log (so a rewrite keeps it and a delete tombstones it).
     pub metadata_persisted: bool,
+    /// Set when the group uses the consumer protocol (KIP-848) instead of the classic one.
+    pub consumer: Option<super::consumer::ConsumerGroup>,
 }
 
 impl Group {
@@ -144,7 +146,21 @@ impl Group {
             initial_delay: None,
             offsets: BTreeMap::new(),
             metadata_persisted: false,
+            consumer: None,
         }
+    }
+
+    pub fn new_pub(id: String, partition: u32) -> Group {
+        Group::new(id, partition, wall_ms())
+    }
+
+    /// Whether anyone is in the group (classic or consumer-protocol members).
+    pub fn has_members(&self) -> bool {
+        !self.members.is_empty()
+            || self
+                .consumer
+                .as_ref()
+                .is_some_and(|c| !c.members.is_empty())
     }
 
     fn transition(&mut self, to: GroupState) {
@@ -155,6 +171,9 @@ impl Group {
     /// Topics the members subscribe to, from consumer-protocol metadata of the selected protocol; `None` when
     /// unknown (not a consumer group, or undecodable metadata), which callers treat as "maybe subscribed".
     pub fn subscribed_topics(&self) -> Option<HashSet<String>> {
+        if let Some(cg) = &self.consumer {
+            return Some(cg.subscribed_topics());
+        }
         if self.protocol_type.as_deref() != Some("consumer") {
             return None;
         }
@@ -264,7 +283,7 @@ impl Group {
     }
 
     pub fn has_member_or_offsets(&self) -> bool {
-        !self.members.is_empty() || !self.pending_members.is_empty() || !self.offsets.is_empty()
+        self.has_members() || !self.pending_members.is_empty() || !self.offsets.is_empty()
     }
 
     /// The group's `GroupMetadataValue` record.
@@ -448,12 +467,12 @@ impl State {
         self.writer.closed = true;
     }
 
-    fn partition_for(&self, group: &str) -> u32 {
+    pub fn partition_for_group(&self, group: &str) -> u32 {
         records::partition_for(group, self.writer.store.num_partitions())
     }
 
     pub fn group_mut_or_create(&mut self, group_id: &str) -> &mut Group {
-        let partition = self.partition_for(group_id);
+        let partition = self.partition_for_group(group_id);
         self.groups
             .entry(group_id.to_string())
             .or_insert_with(|| Group::new(group_id.to_string(), partition, wall_ms()))
@@ -518,6 +537,16 @@ impl State {
             protocols,
             version,
         };
+        if group
+            .consumer
+            .as_ref()
+            .is_some_and(|c| !c.members.is_empty())
+        {
+            // Kafka would migrate the group between protocols; Annal does not (yet).
+            return err(code::INCONSISTENT_GROUP_PROTOCOL);
+        }
+        // An empty consumer-protocol group becomes a classic one again.
+        group.consumer = None;
         let reply = if group.state == GroupState::Dead {
             err(code::COORDINATOR_NOT_AVAILABLE)
         } else if !group.supports_protocols(&join.protocol_type, &join.protocols) {
@@ -776,7 +805,8 @@ impl State {
                 .map(|m| m.session_deadline)
                 .chain(g.pending_members.values().copied())
                 .chain(g.join_deadline)
-                .chain(g.sync_deadline);
+                .chain(g.sync_deadline)
+                .chain(g.consumer.as_ref().and_then(|c| c.next_deadline()));
             for c in candidates {
                 next = Some(next.map_or(c, |n: Instant| n.min(c)));
             }
@@ -1175,6 +1205,7 @@ fn remove_member_and_update(
 }
 
 fn group_timers(group: &mut Group, writer: &mut Writer, config: &GroupConfig, now: Instant) {
+    super::consumer::consumer_timers(group, now);
     // KIP-394 ids never used.
     let before = group.pending_members.len();
     group.pending_members.retain(|_, deadline| *deadline > now);

@@ -13,6 +13,7 @@
 
 mod admin;
 mod classic;
+mod consumer;
 mod offsets;
 pub mod records;
 mod store;
@@ -49,6 +50,10 @@ pub mod code {
     pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
     pub const FENCED_INSTANCE_ID: i16 = 82;
     pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
+    pub const FENCED_MEMBER_EPOCH: i16 = 110;
+    pub const UNRELEASED_INSTANCE_ID: i16 = 111;
+    pub const UNSUPPORTED_ASSIGNOR: i16 = 112;
+    pub const STALE_MEMBER_EPOCH: i16 = 113;
 }
 
 /// Coordinator settings, named after Kafka's broker configs.
@@ -77,6 +82,10 @@ pub struct GroupConfig {
     /// On open, a partition holding more than this many records, and more than twice its live records, is
     /// rewritten with only the live ones (the engine has no compaction yet).
     pub rewrite_min_records: u64,
+    /// `group.consumer.session.timeout.ms` (45000): KIP-848 members are fenced after this without a heartbeat.
+    pub consumer_session_timeout_ms: i32,
+    /// `group.consumer.heartbeat.interval.ms` (5000): told to KIP-848 members.
+    pub consumer_heartbeat_interval_ms: i32,
 }
 
 impl Default for GroupConfig {
@@ -92,6 +101,8 @@ impl Default for GroupConfig {
             offset_metadata_max_bytes: 4096,
             sync_writes: true,
             rewrite_min_records: 10_000,
+            consumer_session_timeout_ms: 45_000,
+            consumer_heartbeat_interval_ms: 5_000,
         }
     }
 }
@@ -110,6 +121,21 @@ pub struct NodeInfo {
     pub node_id: i32,
     pub host: String,
     pub port: i32,
+}
+
+/// What the KIP-848 server-side assignors need to know about a topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicInfo {
+    pub id: uuid::Uuid,
+    pub partitions: i32,
+}
+
+/// The broker's topics, as the consumer group protocol (KIP-848) needs them: its assignments name topics by id.
+pub trait TopicCatalog: Send + Sync {
+    /// An existing topic by name; `None` if there is no such topic (yet).
+    fn topic(&self, name: &str) -> Option<TopicInfo>;
+    /// A topic's name by id (for ConsumerGroupDescribe); `None` if unknown.
+    fn topic_name(&self, id: uuid::Uuid) -> Option<String>;
 }
 
 /// One committed offset, for lag views.
@@ -158,6 +184,8 @@ const API_VERSIONS: &[(i16, i16, i16)] = &[
     (16, 0, 5), // ListGroups
     (42, 0, 2), // DeleteGroups
     (47, 0, 0), // OffsetDelete
+    (68, 0, 1), // ConsumerGroupHeartbeat (KIP-848)
+    (69, 0, 1), // ConsumerGroupDescribe (KIP-848)
 ];
 
 impl GroupCoordinator {
@@ -334,6 +362,38 @@ impl GroupCoordinator {
         node: &NodeInfo,
     ) -> FindCoordinatorResponse {
         admin::find_coordinator(req, api_version, node)
+    }
+
+    /// ConsumerGroupHeartbeat (KIP-848). `topics` resolves subscribed topic names to ids and partition counts.
+    pub async fn consumer_group_heartbeat(
+        &self,
+        req: ConsumerGroupHeartbeatRequest,
+        api_version: i16,
+        client: &ClientInfo,
+        topics: &dyn TopicCatalog,
+    ) -> ConsumerGroupHeartbeatResponse {
+        let resp = self.shared.state.lock().consumer_heartbeat(
+            req,
+            api_version,
+            client,
+            topics,
+            Instant::now(),
+        );
+        self.shared.wake.notify_one();
+        resp
+    }
+
+    /// ConsumerGroupDescribe (KIP-848).
+    pub async fn consumer_group_describe(
+        &self,
+        req: ConsumerGroupDescribeRequest,
+        _api_version: i16,
+        topics: &dyn TopicCatalog,
+    ) -> ConsumerGroupDescribeResponse {
+        self.shared
+            .state
+            .lock()
+            .consumer_group_describe(req, topics)
     }
 
     /// Committed offsets of `group` (empty if it has none), sorted by topic and partition.

@@ -127,6 +127,9 @@ impl State {
         if group.state == GroupState::Dead {
             return code::COORDINATOR_NOT_AVAILABLE;
         }
+        if let Some(cg) = &group.consumer {
+            return super::consumer::validate_member_epoch(cg, member_id, generation);
+        }
         if generation < 0 && group.state == GroupState::Empty {
             return code::NONE;
         }
@@ -168,7 +171,21 @@ impl State {
                         .map(|t| (t.name.0.to_string(), t.partition_indexes.clone()))
                         .collect()
                 });
-                let (error, topics) = self.fetch_group(g.group_id.0.as_str(), requested);
+                let (mut error, mut topics) = self.fetch_group(g.group_id.0.as_str(), requested);
+                // v9+: a consumer-protocol member fetching must be a member with its current epoch.
+                if let (Some(member), Some(cg)) = (
+                    g.member_id.as_ref().filter(|_| g.member_epoch >= 0),
+                    self.groups
+                        .get(g.group_id.0.as_str())
+                        .and_then(|x| x.consumer.as_ref()),
+                ) {
+                    let e =
+                        super::consumer::validate_member_epoch(cg, member.as_str(), g.member_epoch);
+                    if e != code::NONE {
+                        error = e;
+                        topics.clear();
+                    }
+                }
                 resp.groups.push(
                     OffsetFetchResponseGroup::default()
                         .with_group_id(g.group_id.clone())
@@ -308,14 +325,11 @@ impl State {
         // A group with members may only lose offsets of topics it does not subscribe to (consumer groups whose
         // subscriptions we can read); other non-empty groups not at all.
         let subscribed = group.subscribed_topics();
-        if group.state != GroupState::Empty
-            && subscribed.is_none()
-            && group.protocol_type.as_deref() != Some("consumer")
-        {
+        let active = group.state != GroupState::Empty || group.has_members();
+        if active && subscribed.is_none() && group.protocol_type.as_deref() != Some("consumer") {
             resp.error_code = code::NON_EMPTY_GROUP;
             return resp;
         }
-        let active = group.state != GroupState::Empty;
         let mut tombstones = Vec::new();
         let mut deleted = Vec::new();
         for topic in &req.topics {
@@ -387,13 +401,14 @@ impl State {
         for g in self.groups.values_mut() {
             // Where each offset's retention period starts: its commit, or when the group became empty.
             let empty_since: Option<i64> = match (&g.protocol_type, g.state) {
+                (_, _) if g.consumer.as_ref().is_some_and(|c| !c.members.is_empty()) => None,
                 (None, _) => None,
                 (Some(_), GroupState::Empty) => Some(g.state_timestamp_ms),
                 (Some(t), GroupState::Stable) if t == "consumer" => None,
                 _ => continue,
             };
             let base = |e: &OffsetEntry| empty_since.unwrap_or(e.commit_timestamp);
-            let keep_subscribed = if g.state == GroupState::Stable {
+            let keep_subscribed = if g.state == GroupState::Stable || g.has_members() {
                 match g.subscribed_topics() {
                     Some(t) => Some(t),
                     None => continue,
