@@ -258,8 +258,8 @@ fn range_assign(
             continue;
         }
         let (per, extra) = (
-            count as usize / members.len(),
-            count as usize % members.len(),
+            count.max(0) as usize / members.len(),
+            count.max(0) as usize % members.len(),
         );
         let mut next = 0i32;
         for (i, m) in members.iter().enumerate() {
