@@ -160,7 +160,7 @@ async fn member_commits_are_validated_against_generation_and_member() {
                         .with_partition_index(0),
                 ]),
         ]);
-    let resp = answer(c.offset_delete(wire(del.clone(), 0), 0).await, 0);
+    let resp = answer(c.offset_delete(wire(del.clone(), 0), 0, &Registry).await, 0);
     assert_eq!(resp.error_code, NONE);
     assert_eq!(
         resp.topics[0].partitions[0].error_code,
@@ -188,7 +188,7 @@ async fn member_commits_are_validated_against_generation_and_member() {
         .with_member_id(s(&me));
     assert_eq!(c.leave_group(wire(leave, 1), 1).await.error_code, NONE);
     // Empty now: OffsetDelete of a subscribed topic is allowed.
-    let resp = answer(c.offset_delete(wire(del, 0), 0).await, 0);
+    let resp = answer(c.offset_delete(wire(del, 0), 0, &Registry).await, 0);
     assert_eq!(resp.topics[0].partitions[0].error_code, NONE);
     let resp = answer(c.delete_groups(wire(dg(vec!["g"]), 2), 2).await, 2);
     assert_eq!(resp.results[0].error_code, NONE);
@@ -196,9 +196,65 @@ async fn member_commits_are_validated_against_generation_and_member() {
     assert_eq!(describe(&c, "g").await.group_state.as_str(), "Dead");
     let nf = OffsetDeleteRequest::default().with_group_id(s("g").into());
     assert_eq!(
-        c.offset_delete(wire(nf, 0), 0).await.error_code,
+        c.offset_delete(wire(nf, 0), 0, &Registry).await.error_code,
         GROUP_ID_NOT_FOUND
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_for_topics_or_partitions_that_do_not_exist_are_refused_as_kafka_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = open(dir.path(), fast_config());
+    // Only unknown partitions: refused, and no group appears.
+    let errs = commit(
+        &c,
+        "ghost-group",
+        5,
+        "m",
+        &[
+            ("missing-topic", 0, 1, None),
+            ("t", REGISTRY_PARTITIONS, 1, None),
+        ],
+        9,
+    )
+    .await;
+    assert_eq!(
+        errs.iter().map(|e| e.2).collect::<Vec<_>>(),
+        vec![UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_OR_PARTITION]
+    );
+    assert!(c
+        .list_groups(wire(ListGroupsRequest::default(), 5), 5)
+        .await
+        .groups
+        .is_empty());
+    // Mixed: the known partition gets the group's answer (here GROUP_ID_NOT_FOUND), the unknown one its own.
+    let errs = commit(
+        &c,
+        "ghost-group",
+        5,
+        "m",
+        &[("t", 0, 1, None), ("missing-topic", 0, 1, None)],
+        9,
+    )
+    .await;
+    assert_eq!(
+        errs.iter().map(|e| e.2).collect::<Vec<_>>(),
+        vec![GROUP_ID_NOT_FOUND, UNKNOWN_TOPIC_OR_PARTITION]
+    );
+    let errs = commit(
+        &c,
+        "solo",
+        -1,
+        "",
+        &[("t", 0, 1, None), ("t", -1, 1, None)],
+        9,
+    )
+    .await;
+    assert_eq!(
+        errs.iter().map(|e| e.2).collect::<Vec<_>>(),
+        vec![NONE, UNKNOWN_TOPIC_OR_PARTITION]
+    );
+    assert_eq!(c.committed_offsets("solo").len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -33,6 +33,7 @@ pub use store::TOPIC as OFFSETS_TOPIC;
 pub mod code {
     pub const NONE: i16 = 0;
     pub const UNKNOWN_SERVER_ERROR: i16 = -1;
+    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
     pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
     pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     pub const NOT_COORDINATOR: i16 = 16;
@@ -284,15 +285,17 @@ impl GroupCoordinator {
         resp
     }
 
-    /// OffsetCommit: answers once the commit is in the log (and fsynced when `sync_writes`).
+    /// OffsetCommit: answers once the commit is in the log (and fsynced when `sync_writes`). Partitions of
+    /// topics `topics` does not know get UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers.
     pub async fn offset_commit(
         &self,
         req: OffsetCommitRequest,
         api_version: i16,
+        topics: &dyn TopicCatalog,
     ) -> OffsetCommitResponse {
         let (mut resp, syncs) = {
             let mut state = self.shared.state.lock();
-            let resp = state.offset_commit(req, api_version, Instant::now());
+            let resp = state.offset_commit(req, api_version, topics, Instant::now());
             (resp, state.take_syncs())
         };
         if !self.after_change(syncs).await {
@@ -309,14 +312,16 @@ impl GroupCoordinator {
         self.shared.state.lock().offset_fetch(req, api_version)
     }
 
+    /// OffsetDelete. Partitions of topics `topics` does not know get UNKNOWN_TOPIC_OR_PARTITION, as Kafka.
     pub async fn offset_delete(
         &self,
         req: OffsetDeleteRequest,
         _api_version: i16,
+        topics: &dyn TopicCatalog,
     ) -> OffsetDeleteResponse {
         let (resp, syncs) = {
             let mut state = self.shared.state.lock();
-            let resp = state.offset_delete(req);
+            let resp = state.offset_delete(req, topics);
             (resp, state.take_syncs())
         };
         self.after_change(syncs).await;

@@ -17,7 +17,7 @@ use kafka_protocol::messages::*;
 use super::classic::{s, wall_ms, GroupState, OffsetEntry, State};
 use super::records;
 use super::store::Record;
-use super::{code, CommittedOffset};
+use super::{code, CommittedOffset, TopicCatalog};
 
 /// A partition's answer in an OffsetFetch.
 struct Fetched {
@@ -33,10 +33,27 @@ impl State {
         &mut self,
         req: OffsetCommitRequest,
         version: i16,
+        topics: &dyn TopicCatalog,
         now: Instant,
     ) -> OffsetCommitResponse {
         let group_id = req.group_id.0.to_string();
-        let error = self.validate_commit(&req, version, now);
+        // As Kafka, partitions of topics that do not exist are refused before the group is looked at; a commit
+        // of only such partitions leaves no trace.
+        let exists = |topic: &str, p: i32| {
+            topics
+                .topic(topic)
+                .is_some_and(|t| p >= 0 && p < t.partitions)
+        };
+        let any_known = req.topics.iter().any(|t| {
+            t.partitions
+                .iter()
+                .any(|p| exists(t.name.0.as_str(), p.partition_index))
+        });
+        let error = if any_known {
+            self.validate_commit(&req, version, now)
+        } else {
+            code::NONE
+        };
         let now_ms = wall_ms();
         let mut resp = OffsetCommitResponse::default();
         let mut to_write: Vec<(String, i32, OffsetEntry)> = Vec::new();
@@ -44,7 +61,9 @@ impl State {
             let mut t = OffsetCommitResponseTopic::default().with_name(topic.name.clone());
             for p in &topic.partitions {
                 let metadata = p.committed_metadata.as_deref().unwrap_or("");
-                let e = if error != code::NONE {
+                let e = if !exists(topic.name.0.as_str(), p.partition_index) {
+                    code::UNKNOWN_TOPIC_OR_PARTITION
+                } else if error != code::NONE {
                     error
                 } else if metadata.len() > self.config.offset_metadata_max_bytes {
                     code::OFFSET_METADATA_TOO_LARGE
@@ -311,7 +330,16 @@ impl State {
         (code::NONE, topics)
     }
 
-    pub fn offset_delete(&mut self, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
+    pub fn offset_delete(
+        &mut self,
+        req: OffsetDeleteRequest,
+        topics: &dyn TopicCatalog,
+    ) -> OffsetDeleteResponse {
+        let exists = |topic: &str, p: i32| {
+            topics
+                .topic(topic)
+                .is_some_and(|t| p >= 0 && p < t.partitions)
+        };
         let mut resp = OffsetDeleteResponse::default();
         let group_id = req.group_id.0.to_string();
         let Some(group) = self
@@ -337,7 +365,9 @@ impl State {
             let blocked = active && subscribed.as_ref().is_none_or(|set| set.contains(&name));
             let mut t = OffsetDeleteResponseTopic::default().with_name(topic.name.clone());
             for p in &topic.partitions {
-                let e = if blocked {
+                let e = if !exists(&name, p.partition_index) {
+                    code::UNKNOWN_TOPIC_OR_PARTITION
+                } else if blocked {
                     code::GROUP_SUBSCRIBED_TO_TOPIC
                 } else {
                     if group

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use annal_broker::group::{ClientInfo, GroupConfig, GroupCoordinator};
+use annal_broker::group::{ClientInfo, GroupConfig, GroupCoordinator, TopicCatalog, TopicInfo};
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition as AssignedTopic;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
@@ -16,6 +16,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 pub const NONE: i16 = 0;
+pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 pub const ILLEGAL_GENERATION: i16 = 22;
 pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
 pub const UNKNOWN_MEMBER_ID: i16 = 25;
@@ -27,6 +28,33 @@ pub const GROUP_ID_NOT_FOUND: i16 = 69;
 pub const MEMBER_ID_REQUIRED: i16 = 79;
 pub const FENCED_INSTANCE_ID: i16 = 82;
 pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
+
+/// Stands in for the broker's topic registry (not part of the coordinator): every topic exists with
+/// `REGISTRY_PARTITIONS` partitions, except names starting with `missing`.
+pub struct Registry;
+
+pub const REGISTRY_PARTITIONS: i32 = 64;
+
+impl TopicCatalog for Registry {
+    fn topic(&self, name: &str) -> Option<TopicInfo> {
+        if name.starts_with("missing") {
+            return None;
+        }
+        Some(TopicInfo {
+            // A stable id per name (FNV-1a), as a registry would keep one.
+            id: uuid::Uuid::from_u128(
+                name.bytes()
+                    .fold(0x6c62272e07bb014262b821756295c58d_u128, |h, b| {
+                        (h ^ b as u128).wrapping_mul(0x0000000001000000000000000000013B)
+                    }),
+            ),
+            partitions: REGISTRY_PARTITIONS,
+        })
+    }
+    fn topic_name(&self, _id: uuid::Uuid) -> Option<String> {
+        None
+    }
+}
 
 /// Small timeouts so tests run in real time quickly.
 pub fn fast_config() -> GroupConfig {
@@ -278,7 +306,7 @@ pub async fn commit(
         .with_member_id(s(member_id))
         .with_topics(topics);
     let req = wire(req, version);
-    let resp = answer(c.offset_commit(req, version).await, version);
+    let resp = answer(c.offset_commit(req, version, &Registry).await, version);
     resp.topics
         .into_iter()
         .flat_map(|t| {
