@@ -10,6 +10,16 @@
 //!
 //! Timers (session and rebalance timeouts, the initial rebalance delay, offsets retention) are deadlines kept in
 //! the state; one tokio task sleeps until the earliest and then fires what is due.
+//!
+//! Wiring into a dispatcher:
+//! - At start: `GroupCoordinator::open(data_dir, config)` inside the runtime; at shutdown: `shutdown().await`.
+//! - Route every API key for which [`GroupCoordinator::handles`] is true here; advertise exactly
+//!   [`GroupCoordinator::api_versions`] for them in ApiVersions.
+//! - JoinGroup needs the header's client id and the peer address ([`ClientInfo`], host as `/127.0.0.1`);
+//!   FindCoordinator needs this node ([`NodeInfo`], the advertised host and port); OffsetCommit, OffsetDelete and
+//!   the KIP-848 APIs need the topic registry as a [`TopicCatalog`].
+//! - JoinGroup and SyncGroup may take up to the rebalance timeout to answer: run each request as its own task
+//!   (responses still go out in request order per connection) rather than blocking the connection's reader.
 
 mod admin;
 mod classic;
