@@ -357,3 +357,101 @@ async fn lowering_the_partition_count_is_refused_with_a_clear_error() {
         "{msg}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_coordinator_rewrites_its_log_and_keeps_the_last_persisted_group_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = GroupConfig {
+        rewrite_min_records: 50,
+        offsets_retention_check_interval_ms: 100,
+        initial_rebalance_delay_ms: 0,
+        sync_writes: false,
+        ..fast_config()
+    };
+    let c = open(dir.path(), config.clone());
+    // A Stable group with an assignment (persisted), then many commits to the same partition.
+    let r = join(
+        &c,
+        join_request("abc", "", Some("i1"), 10_000, 5_000, &["t"]),
+        9,
+        "client",
+    )
+    .await;
+    let (me, generation) = (r.member_id.to_string(), r.generation_id);
+    sync(
+        &c,
+        "abc",
+        generation,
+        &me,
+        Some("i1"),
+        vec![(me.clone(), assignment(&[("t", vec![0, 1])]))],
+        5,
+    )
+    .await;
+    for i in 0..300 {
+        assert_eq!(
+            commit(&c, "abc", generation, &me, &[("t", 0, i, None)], 9).await[0].2,
+            NONE
+        );
+    }
+    // Start a rebalance that does not finish (a new member joins, `me` never rejoins): the in-memory state is
+    // PreparingRebalance; what a restart must see is the last persisted Stable state.
+    let c2 = c.clone();
+    let _late = tokio::spawn(async move {
+        join(
+            &c2,
+            join_request("abc", "", Some("i2"), 10_000, 5_000, &["t"]),
+            9,
+            "client",
+        )
+        .await
+    });
+    let log_bytes = |d: &Path| -> u64 {
+        std::fs::read_dir(d.join("__consumer_offsets-4"))
+            .map(|it| {
+                it.filter_map(|e| e.ok())
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+                    .map(|e| e.metadata().unwrap().len())
+                    .sum()
+            })
+            .unwrap_or(0)
+    };
+    let big = log_bytes(dir.path());
+    let path = dir.path().to_path_buf();
+    assert!(
+        eventually(Duration::from_secs(3), || {
+            let p = path.clone();
+            async move { log_bytes(&p) * 5 < big }
+        })
+        .await,
+        "rewritten while running: {big} -> {}",
+        log_bytes(dir.path())
+    );
+    // Still writable after the rewrite, and a restart (no clean shutdown) sees everything.
+    assert_eq!(
+        commit(&c, "abc", generation, &me, &[("t", 1, 77, None)], 9).await[0].2,
+        NONE
+    );
+    drop(c);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let c = open(dir.path(), config);
+    assert_eq!(
+        fetch(&c, "abc", Some(&[("t", vec![0, 1])]))
+            .await
+            .iter()
+            .map(|f| f.2)
+            .collect::<Vec<_>>(),
+        vec![299, 77]
+    );
+    let d = describe(&c, "abc").await;
+    assert_eq!(d.group_state.as_str(), "Stable");
+    assert_eq!(
+        d.members.len(),
+        1,
+        "the unfinished rebalance's newcomer was never persisted"
+    );
+    assert_eq!(
+        decode_assignment(&d.members[0].member_assignment),
+        vec![("t".to_string(), vec![0, 1])]
+    );
+}

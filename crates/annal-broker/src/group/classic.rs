@@ -121,7 +121,9 @@ pub(super) struct Group {
     initial_delay: Option<InitialDelay>,
     pub offsets: BTreeMap<(String, i32), OffsetEntry>,
     /// Whether a group metadata record is in the log (so a rewrite keeps it and a delete tombstones it).
-    pub metadata_persisted: bool,
+    /// The group metadata value last written to the log (what a restart would load), kept so a rewrite of the
+    /// partition writes exactly that, not a mid-rebalance state. `None`: none in the log.
+    pub persisted_metadata: Option<Vec<u8>>,
     /// Set when the group uses the consumer protocol (KIP-848) instead of the classic one.
     pub consumer: Option<super::consumer::ConsumerGroup>,
 }
@@ -145,7 +147,7 @@ impl Group {
             join_deadline: None,
             initial_delay: None,
             offsets: BTreeMap::new(),
-            metadata_persisted: false,
+            persisted_metadata: None,
             consumer: None,
         }
     }
@@ -364,8 +366,9 @@ impl Writer {
     }
 
     fn persist_group(&mut self, group: &mut Group) {
-        if self.append(group.partition, &[group.metadata_record()]) {
-            group.metadata_persisted = true;
+        let record = group.metadata_record();
+        if self.append(group.partition, std::slice::from_ref(&record)) {
+            group.persisted_metadata = record.value;
         }
     }
 }
@@ -400,30 +403,7 @@ impl State {
             let stats = state.writer.store.replay(partition, |key, value| {
                 apply_record(groups, partition, key, value, now)
             })?;
-            let live: Vec<Record> = state
-                .groups
-                .values()
-                .filter(|g| g.partition == partition)
-                .flat_map(|g| {
-                    let meta = g.metadata_persisted.then(|| g.metadata_record());
-                    meta.into_iter().chain(
-                        g.offsets
-                            .iter()
-                            .map(|((t, p), e)| g.offset_record(t, *p, e)),
-                    )
-                })
-                .collect();
-            let live_count = live.len() as u64;
-            if stats.records > state.config.rewrite_min_records && stats.records > 2 * live_count {
-                tracing::info!(
-                    partition,
-                    records = stats.records,
-                    live = live_count,
-                    "rewriting {}-{partition} with only its live records",
-                    super::store::TOPIC
-                );
-                state.writer.store.rewrite(partition, &live, wall_ms())?;
-            }
+            state.maybe_rewrite(partition, stats.records)?;
         }
         // Groups loaded with members wait a full session timeout from now before expiring them (as Kafka does
         // on loading a partition).
@@ -436,13 +416,47 @@ impl State {
         Ok(state)
     }
 
+    /// Rewrites `partition` with only its live records (the latest value of every key) when it holds more than
+    /// `rewrite_min_records` records and more than twice the live ones. The engine has no compaction yet; this
+    /// bounds the log at open and, through the retention check, while running.
+    pub fn maybe_rewrite(&mut self, partition: u32, records: u64) -> anyhow::Result<()> {
+        let live: Vec<Record> = self
+            .groups
+            .values()
+            .filter(|g| g.partition == partition)
+            .flat_map(|g| {
+                let meta = g.persisted_metadata.clone().map(|value| Record {
+                    key: records::group_key(&g.id),
+                    value: Some(value),
+                });
+                meta.into_iter().chain(
+                    g.offsets
+                        .iter()
+                        .map(|((t, p), e)| g.offset_record(t, *p, e)),
+                )
+            })
+            .collect();
+        let live_count = live.len() as u64;
+        if records > self.config.rewrite_min_records && records > 2 * live_count {
+            tracing::info!(
+                partition,
+                records,
+                live = live_count,
+                "rewriting {}-{partition} with only its live records",
+                super::store::TOPIC
+            );
+            self.writer.store.rewrite(partition, &live, wall_ms())?;
+        }
+        Ok(())
+    }
+
     pub fn take_syncs(&mut self) -> Vec<PendingSync> {
         std::mem::take(&mut self.writer.syncs)
     }
 
-    pub fn mark_flushed(&mut self, flushed: &[(u32, i64)]) {
-        for &(partition, upto) in flushed {
-            self.writer.store.mark_flushed(partition, upto);
+    pub fn mark_flushed(&mut self, flushed: &[(u32, u64, i64)]) {
+        for &(partition, epoch, upto) in flushed {
+            self.writer.store.mark_flushed(partition, epoch, upto);
         }
     }
 
@@ -793,6 +807,12 @@ impl State {
         }
         if now >= self.next_retention_check {
             self.expire_offsets(super::wall_ms_now());
+            for partition in self.writer.store.partitions() {
+                let records = self.writer.store.record_count(partition);
+                if let Err(e) = self.maybe_rewrite(partition, records) {
+                    tracing::error!(partition, error = %format!("{e:#}"), "rewriting a coordinator log partition failed");
+                }
+            }
             self.next_retention_check =
                 now + Duration::from_millis(self.config.offsets_retention_check_interval_ms);
         }
@@ -1296,15 +1316,15 @@ fn apply_record(
             None => {
                 if let Some(g) = groups.get_mut(&group) {
                     g.offsets.remove(&(topic, p));
-                    if !g.metadata_persisted && g.offsets.is_empty() {
+                    if g.persisted_metadata.is_none() && g.offsets.is_empty() {
                         groups.remove(&group);
                     }
                 }
             }
         },
         RecordKey::Group { group } => match value {
-            Some(v) => {
-                let Some(v) = records::decode_group_value(v) else {
+            Some(raw) => {
+                let Some(v) = records::decode_group_value(raw) else {
                     tracing::warn!(%group, "skipping an undecodable group metadata record");
                     return;
                 };
@@ -1320,7 +1340,7 @@ fn apply_record(
                 } else {
                     wall_ms()
                 };
-                g.metadata_persisted = true;
+                g.persisted_metadata = Some(raw.to_vec());
                 g.members.clear();
                 g.static_members.clear();
                 for m in v.members {

@@ -443,7 +443,7 @@ async fn run_syncs(shared: &Arc<Shared>, syncs: Vec<store::PendingSync>) -> bool
             let mut flushed = Vec::new();
             for s in syncs {
                 match (s.sync)() {
-                    Ok(()) => flushed.push((s.partition, s.upto)),
+                    Ok(()) => flushed.push((s.partition, s.epoch, s.upto)),
                     Err(e) => {
                         tracing::error!(partition = s.partition, error = %e, "fsync of {} failed", store::TOPIC);
                         ok = false;

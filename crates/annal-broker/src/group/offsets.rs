@@ -114,7 +114,7 @@ impl State {
             fail_commit(&mut resp, code::COORDINATOR_NOT_AVAILABLE);
             if let Some(g) = self.groups.get(&group_id) {
                 if g.state == GroupState::Empty
-                    && !g.metadata_persisted
+                    && g.persisted_metadata.is_none()
                     && g.offsets.is_empty()
                     && g.members.is_empty()
                 {
@@ -474,7 +474,7 @@ impl State {
                 tracing::info!(group = %g.id, partitions = expired.len(), "expired committed offsets");
             }
             if g.state == GroupState::Empty && !g.has_member_or_offsets() {
-                if g.metadata_persisted {
+                if g.persisted_metadata.is_some() {
                     records.push(Record {
                         key: records::group_key(&g.id),
                         value: None,

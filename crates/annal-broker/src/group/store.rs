@@ -30,6 +30,8 @@ pub struct Record {
 /// An fsync to run outside the coordinator's lock (many appends then share one fsync).
 pub struct PendingSync {
     pub partition: u32,
+    /// The partition's rewrite count when the fsync was taken; a rewrite in between makes `upto` meaningless.
+    pub epoch: u64,
     pub upto: i64,
     pub sync: Box<dyn FnOnce() -> std::io::Result<()> + Send>,
 }
@@ -39,6 +41,10 @@ pub struct Store {
     dir: PathBuf,
     num_partitions: u32,
     logs: BTreeMap<u32, Log>,
+    /// Records in each partition's log (replayed plus appended), for the rewrite decision.
+    records: BTreeMap<u32, u64>,
+    /// How many times each partition was rewritten.
+    epochs: BTreeMap<u32, u64>,
 }
 
 /// What replaying a partition found, for the rewrite decision.
@@ -82,6 +88,8 @@ impl Store {
                 dir: dir.to_path_buf(),
                 num_partitions,
                 logs: BTreeMap::new(),
+                records: BTreeMap::new(),
+                epochs: BTreeMap::new(),
             },
             present,
         ))
@@ -94,6 +102,14 @@ impl Store {
     fn log(&mut self, partition: u32) -> anyhow::Result<&mut Log> {
         if !self.logs.contains_key(&partition) {
             let dir = partition_dir(&self.dir, partition);
+            let old = self.dir.join(format!("{TOPIC}-{partition}.old"));
+            // Never create an empty log in place of one a failed rewrite moved aside.
+            anyhow::ensure!(
+                dir.exists() || !old.exists(),
+                "{TOPIC}-{partition} is missing but {} exists (an unfinished rewrite); restart the broker to \
+                 finish it",
+                old.display()
+            );
             let log = Log::open(&dir, log_config())
                 .with_context(|| format!("cannot open {TOPIC}-{partition} in {}", dir.display()))?;
             self.logs.insert(partition, log);
@@ -148,7 +164,18 @@ impl Store {
                 break; // no progress: a torn or foreign batch; recovery in Log::open already cut torn tails
             }
         }
+        self.records.insert(partition, stats.records);
         Ok(stats)
+    }
+
+    /// Records in `partition`'s log, live or superseded.
+    pub fn record_count(&self, partition: u32) -> u64 {
+        self.records.get(&partition).copied().unwrap_or(0)
+    }
+
+    /// Partitions that have a log (opened or replayed).
+    pub fn partitions(&self) -> Vec<u32> {
+        self.records.keys().copied().collect()
     }
 
     /// Appends `records` as one batch (written, not yet fsynced). Returns what must be fsynced to make them
@@ -172,15 +199,20 @@ impl Store {
         log.append(&mut bytes, &opts)
             .with_context(|| format!("cannot append to {TOPIC}-{partition}"))?;
         let handle = log.sync_handle();
+        *self.records.entry(partition).or_default() += records.len() as u64;
         Ok(Some(PendingSync {
             partition,
+            epoch: self.epochs.get(&partition).copied().unwrap_or(0),
             upto: handle.upto(),
             sync: Box::new(move || handle.sync()),
         }))
     }
 
-    /// Records that `handle` was synced.
-    pub fn mark_flushed(&mut self, partition: u32, upto: i64) {
+    /// Records that a [`PendingSync`] of `partition` taken at `epoch` completed.
+    pub fn mark_flushed(&mut self, partition: u32, epoch: u64, upto: i64) {
+        if self.epochs.get(&partition).copied().unwrap_or(0) != epoch {
+            return;
+        }
         if let Some(log) = self.logs.get_mut(&partition) {
             log.mark_flushed(upto);
         }
@@ -218,11 +250,19 @@ impl Store {
         // The complete new log exists before the old one moves aside; recovery relies on that order.
         std::fs::rename(&target, &old)
             .with_context(|| format!("cannot rename {}", target.display()))?;
-        std::fs::rename(&temp, &target)
-            .with_context(|| format!("cannot rename {}", temp.display()))?;
+        if let Err(e) = std::fs::rename(&temp, &target) {
+            // Put the old log back rather than leave the partition without one (a later lazy open would
+            // create an empty log, and recovery would then discard both copies).
+            std::fs::rename(&old, &target).with_context(|| {
+                format!("cannot restore {} after a failed rewrite; move it back by hand before restarting", old.display())
+            })?;
+            return Err(e).with_context(|| format!("cannot rename {}", temp.display()));
+        }
         sync_dir(&self.dir);
         std::fs::remove_dir_all(&old)
             .with_context(|| format!("cannot remove {}", old.display()))?;
+        self.records.insert(partition, live.len() as u64);
+        *self.epochs.entry(partition).or_default() += 1;
         Ok(())
     }
 
