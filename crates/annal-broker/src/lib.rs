@@ -10,6 +10,7 @@ pub mod apis;
 pub mod cluster_meta;
 pub mod config;
 pub mod durable;
+pub mod group;
 pub mod producer_ids;
 pub mod producer_state;
 pub mod server;
