@@ -183,6 +183,17 @@ pub const BROKER_SETTINGS: &[Setting] = &[
     setting("connections.max.idle.ms", long(1), "600000"),
     setting("producer.id.expiration.ms", int(1), "86400000"),
     setting("transactional.id.expiration.ms", int(1), "604800000"),
+    // Group coordinator.
+    setting("offsets.topic.num.partitions", int(1), "50"),
+    setting("group.initial.rebalance.delay.ms", int(0), "3000"),
+    setting("group.min.session.timeout.ms", int(0), "6000"),
+    setting("group.max.session.timeout.ms", int(0), "1800000"),
+    setting("group.max.size", int(1), "2147483647"),
+    setting("offsets.retention.minutes", int(1), "10080"),
+    setting("offsets.retention.check.interval.ms", long(1), "600000"),
+    setting("offset.metadata.max.bytes", int(0), "4096"),
+    setting("group.consumer.session.timeout.ms", int(1), "45000"),
+    setting("group.consumer.heartbeat.interval.ms", int(1), "5000"),
 ];
 
 /// Kafka settings that have no effect on a single Annal node; accepted (with a warning) so a Kafka
@@ -195,10 +206,8 @@ pub const IGNORED_KAFKA_SETTINGS: &[&str] = &[
     "socket.receive.buffer.bytes",
     "num.recovery.threads.per.data.dir",
     "offsets.topic.replication.factor",
-    "offsets.topic.num.partitions",
     "transaction.state.log.replication.factor",
     "transaction.state.log.min.isr",
-    "group.initial.rebalance.delay.ms",
     "process.roles",
     "controller.quorum.voters",
     "controller.quorum.bootstrap.servers",
@@ -253,6 +262,8 @@ pub struct BrokerConfig {
     pub socket_request_max_bytes: i32,
     pub connections_max_idle_ms: i64,
     pub producer_id_expiration_ms: i64,
+    /// The group coordinator's settings (`offsets.*`, `group.*`).
+    pub groups: crate::group::GroupConfig,
     /// Every honoured setting's effective value and source, for DescribeConfigs on the broker resource.
     pub described: BTreeMap<String, (String, Source)>,
 }
@@ -435,6 +446,20 @@ impl BrokerConfig {
             socket_request_max_bytes: num("socket.request.max.bytes") as i32,
             connections_max_idle_ms: num("connections.max.idle.ms"),
             producer_id_expiration_ms: num("producer.id.expiration.ms"),
+            groups: crate::group::GroupConfig {
+                offsets_topic_num_partitions: num("offsets.topic.num.partitions") as u32,
+                initial_rebalance_delay_ms: num("group.initial.rebalance.delay.ms") as u64,
+                min_session_timeout_ms: num("group.min.session.timeout.ms") as i32,
+                max_session_timeout_ms: num("group.max.session.timeout.ms") as i32,
+                max_size: num("group.max.size") as u32,
+                offsets_retention_ms: num("offsets.retention.minutes").saturating_mul(60_000),
+                offsets_retention_check_interval_ms: num("offsets.retention.check.interval.ms")
+                    as u64,
+                offset_metadata_max_bytes: num("offset.metadata.max.bytes") as usize,
+                consumer_session_timeout_ms: num("group.consumer.session.timeout.ms") as i32,
+                consumer_heartbeat_interval_ms: num("group.consumer.heartbeat.interval.ms") as i32,
+                ..crate::group::GroupConfig::default()
+            },
             described,
         })
     }

@@ -31,6 +31,8 @@ pub struct Broker {
     pub cluster_id: String,
     pub topics: Topics,
     pub producer_ids: ProducerIds,
+    /// Consumer groups and committed offsets (`__consumer_offsets` logs).
+    pub groups: Arc<group::GroupCoordinator>,
     /// The host and port clients are told to connect to.
     pub advertised: (String, u16),
     /// Bumped after every append, so long-polling fetches wake up and look again.
@@ -78,6 +80,7 @@ pub async fn run_with_listener(
     let cluster_id = cluster_meta::load_or_create(&config.data_dir, config.node_id)?;
     let producer_ids = ProducerIds::open(&config.data_dir)?;
     let topics = Topics::open(&config)?;
+    let groups = group::GroupCoordinator::open(&config.data_dir, config.groups.clone())?;
     let local = listener.local_addr()?;
     let advertised = match &config.advertised {
         Some(a) => a.clone(),
@@ -99,6 +102,7 @@ pub async fn run_with_listener(
         cluster_id,
         topics,
         producer_ids,
+        groups: groups.clone(),
         advertised,
         appended,
         shutting_down: stop_rx.clone(),
@@ -119,6 +123,7 @@ pub async fn run_with_listener(
     let _ = retention.await;
 
     tracing::info!("flushing and closing partitions");
+    groups.shutdown().await;
     let broker = Arc::try_unwrap(broker).map_err(|_| ()).ok();
     match broker {
         Some(b) => tokio::task::spawn_blocking(move || b.topics.close_all()).await?,

@@ -38,11 +38,11 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, mut stop: watch::
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
                     let (b, s, budget) = (broker.clone(), conn_stop.clone(), budget.clone());
-                    connections.spawn(async move {
+                    connections.spawn(apis::groups::PEER.scope(peer, async move {
                         if let Err(Close(why)) = connection(stream, b, s, budget).await {
                             tracing::debug!(%peer, reason = %why, "connection closed");
                         }
-                    });
+                    }));
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.

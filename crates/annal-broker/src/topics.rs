@@ -375,6 +375,10 @@ fn remove_orphans(data_dir: &Path, topics: &BTreeMap<String, Arc<Topic>>) {
         let Ok(part) = part.parse::<i32>() else {
             continue;
         };
+        // The group coordinator's own logs are not registered topics.
+        if topic == crate::group::OFFSETS_TOPIC {
+            continue;
+        }
         if !entry.path().is_dir() || invalid_topic_name(topic).is_some() {
             continue;
         }

@@ -5,6 +5,7 @@ pub mod admin;
 pub mod api_versions;
 pub mod configs;
 pub mod fetch;
+pub mod groups;
 pub mod metadata;
 pub mod offsets;
 pub mod produce;
@@ -21,7 +22,9 @@ use crate::Broker;
 
 /// Every API this broker implements, with the versions it implements and tests (see docs/compatibility.md).
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 12),
+    // Produce v0-2 are gone since Kafka 4.0 (KIP-896) and are refused, yet advertised from v0 as Kafka does
+    // (KAFKA-18659): librdkafka only enables compression when the advertised range includes v2.
+    (ApiKey::Produce, 0, 12),
     (ApiKey::Fetch, 4, 17),
     (ApiKey::ListOffsets, 1, 9),
     (ApiKey::Metadata, 0, 12),
@@ -36,7 +39,24 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::DescribeProducers, 0, 0),
+    // Group coordinator: exactly `GroupCoordinator::api_versions()` (checked by a test).
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::FindCoordinator, 0, 6),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::DescribeGroups, 0, 6),
+    (ApiKey::ListGroups, 0, 5),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
+
+/// The oldest Produce version this broker accepts; older ones are advertised but refused (see [`SUPPORTED`]).
+pub const PRODUCE_MIN_ACCEPTED: i16 = 3;
 
 pub fn supported(key: ApiKey) -> Option<(i16, i16)> {
     SUPPORTED
@@ -209,6 +229,116 @@ pub async fn dispatch(
             )
         }
         ApiKey::Fetch => route!(broker, key, header, buf, FetchRequest, fetch::handle),
+        ApiKey::Produce if header.request_api_version < PRODUCE_MIN_ACCEPTED => {
+            Err(Close(format!(
+                "Produce v{} was removed in Kafka 4.0; use v{PRODUCE_MIN_ACCEPTED} or later",
+                header.request_api_version
+            )))
+        }
+        ApiKey::FindCoordinator => route!(
+            broker,
+            key,
+            header,
+            buf,
+            FindCoordinatorRequest,
+            groups::find_coordinator
+        ),
+        ApiKey::JoinGroup => route!(
+            broker,
+            key,
+            header,
+            buf,
+            JoinGroupRequest,
+            groups::join_group
+        ),
+        ApiKey::SyncGroup => route!(
+            broker,
+            key,
+            header,
+            buf,
+            SyncGroupRequest,
+            groups::sync_group
+        ),
+        ApiKey::Heartbeat => route!(
+            broker,
+            key,
+            header,
+            buf,
+            HeartbeatRequest,
+            groups::heartbeat
+        ),
+        ApiKey::LeaveGroup => route!(
+            broker,
+            key,
+            header,
+            buf,
+            LeaveGroupRequest,
+            groups::leave_group
+        ),
+        ApiKey::OffsetCommit => route!(
+            broker,
+            key,
+            header,
+            buf,
+            OffsetCommitRequest,
+            groups::offset_commit
+        ),
+        ApiKey::OffsetFetch => route!(
+            broker,
+            key,
+            header,
+            buf,
+            OffsetFetchRequest,
+            groups::offset_fetch
+        ),
+        ApiKey::OffsetDelete => route!(
+            broker,
+            key,
+            header,
+            buf,
+            OffsetDeleteRequest,
+            groups::offset_delete
+        ),
+        ApiKey::DescribeGroups => route!(
+            broker,
+            key,
+            header,
+            buf,
+            DescribeGroupsRequest,
+            groups::describe_groups
+        ),
+        ApiKey::ListGroups => route!(
+            broker,
+            key,
+            header,
+            buf,
+            ListGroupsRequest,
+            groups::list_groups
+        ),
+        ApiKey::DeleteGroups => route!(
+            broker,
+            key,
+            header,
+            buf,
+            DeleteGroupsRequest,
+            groups::delete_groups
+        ),
+        ApiKey::ConsumerGroupHeartbeat => route!(
+            broker,
+            key,
+            header,
+            buf,
+            ConsumerGroupHeartbeatRequest,
+            groups::consumer_group_heartbeat
+        ),
+        ApiKey::ConsumerGroupDescribe => route!(
+            broker,
+            key,
+            header,
+            buf,
+            ConsumerGroupDescribeRequest,
+            groups::consumer_group_describe
+        ),
         ApiKey::Produce => {
             let req: ProduceRequest = decode(key, &mut buf, header.request_api_version)?;
             match produce::handle(broker, &header, req).await {
