@@ -175,17 +175,13 @@ impl OffsetIndex {
         Ok(())
     }
 
-    /// The position to start scanning from for `relative_offset`: the entry with the largest offset at or below
-    /// it, or the segment start.
-    pub fn lookup(&self, relative_offset: u32) -> u32 {
+    /// Where to start scanning for `relative_offset`: the entry with the largest offset at or below it, or
+    /// `None` (scan from the segment start).
+    pub fn lookup(&self, relative_offset: u32) -> Option<OffsetEntry> {
         let count = self
             .entries
             .partition_point(|e| e.relative_offset <= relative_offset);
-        if count == 0 {
-            0
-        } else {
-            self.entries[count - 1].position
-        }
+        count.checked_sub(1).map(|i| self.entries[i])
     }
 
     /// Drops entries for batches at or past `position` (the log was truncated there).

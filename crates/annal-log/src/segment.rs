@@ -427,7 +427,21 @@ impl Segment {
             return Ok(None);
         }
         let relative = (offset - self.base_offset).clamp(0, i64::from(u32::MAX)) as u32;
-        let mut position = u64::from(self.offset_index.lookup(relative));
+        let mut position = 0;
+        if let Some(entry) = self.offset_index.lookup(relative) {
+            // The load checks cannot see an entry that is in order and in range but wrong (a damaged file);
+            // the batch it points at must be the one it names, else scan from the segment start.
+            match self.header_at(u64::from(entry.position)) {
+                Ok(h) if h.last_offset() == self.base_offset + i64::from(entry.relative_offset) => {
+                    position = u64::from(entry.position)
+                }
+                _ => tracing::warn!(
+                    segment = %self.log_path.display(),
+                    ?entry,
+                    "offset index entry does not match the log; scanning the segment from its start (delete the .index file and restart to rebuild it)"
+                ),
+            }
+        }
         while position < self.size {
             let header = self.header_at(position)?;
             if header.last_offset() >= offset {
