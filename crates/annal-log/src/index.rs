@@ -72,9 +72,16 @@ impl IndexFile {
     }
 
     fn append(&mut self, bytes: &[u8]) -> crate::Result<()> {
-        self.file
-            .write_all(bytes)
-            .map_err(|e| LogError::io("append to index", &self.path, e))
+        use std::io::Seek;
+        let end = self
+            .file
+            .stream_position()
+            .map_err(|e| LogError::io("append to index", &self.path, e))?;
+        self.file.write_all(bytes).map_err(|e| {
+            // A partial entry (disk full) would shift every later entry: cut it off.
+            let _ = self.truncate_to(end);
+            LogError::io("append to index", &self.path, e)
+        })
     }
 
     fn truncate_to(&mut self, len: u64) -> crate::Result<()> {

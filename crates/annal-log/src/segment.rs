@@ -394,9 +394,32 @@ impl Segment {
             let _ = self.file.set_len(start);
             return Err(LogError::io("append to segment", &self.log_path, e));
         }
+        let before = (
+            self.next_offset,
+            self.max_timestamp,
+            self.first_batch_timestamp,
+            self.bytes_since_last_index_entry,
+        );
         let mut position = start;
         for header in headers {
-            self.index_batch(header, position)?;
+            if let Err(e) = self.index_batch(header, position) {
+                // An index write failed (disk full) after the batches were written: take them out again, or
+                // recovery after a crash would bring back an append that was reported as failed.
+                let _ = self.file.set_len(start);
+                let _ = self.offset_index.truncate_to_position(start as u32);
+                if let Some(first) = headers.first() {
+                    let _ = self
+                        .time_index
+                        .truncate_to_offset(self.relative(first.base_offset));
+                }
+                (
+                    self.next_offset,
+                    self.max_timestamp,
+                    self.first_batch_timestamp,
+                    self.bytes_since_last_index_entry,
+                ) = before;
+                return Err(e);
+            }
             position += header.size() as u64;
         }
         debug_assert_eq!(position, start + bytes.len() as u64);
