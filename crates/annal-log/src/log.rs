@@ -331,7 +331,15 @@ impl Log {
             .iter()
             .map(|v| i64::from(v.header.records_count))
             .sum();
-        self.maybe_roll(batches.len() as u64, total_records, opts.now_ms)?;
+        let incoming_max_timestamp = match opts.timestamp_type {
+            TimestampType::LogAppendTime => opts.now_ms,
+            TimestampType::CreateTime => validated
+                .iter()
+                .map(|v| v.header.max_timestamp)
+                .max()
+                .unwrap_or(opts.now_ms),
+        };
+        self.maybe_roll(batches.len() as u64, total_records, incoming_max_timestamp)?;
 
         let first_offset = self.log_end_offset();
         let mut next = first_offset;
@@ -374,13 +382,16 @@ impl Log {
         })
     }
 
-    /// Rolls to a new segment when the active one cannot take `incoming_bytes` more, has aged past `segment.ms`,
-    /// has full indexes, or could not express the new offsets relative to its base.
+    /// Rolls to a new segment when the active one cannot take `incoming_bytes` more, spans more than
+    /// `segment.ms`, has full indexes, or could not express the new offsets relative to its base.
+    ///
+    /// As in Kafka, time-based rolling compares the incoming batches' timestamp with the segment's first
+    /// batch's, not with the wall clock, so a producer replaying old data does not roll a segment per append.
     fn maybe_roll(
         &mut self,
         incoming_bytes: u64,
         incoming_records: i64,
-        now_ms: i64,
+        incoming_max_timestamp: i64,
     ) -> crate::Result<()> {
         let active = self.active();
         if active.is_empty() {
@@ -389,7 +400,7 @@ impl Log {
         let too_big = active.size() + incoming_bytes > self.config.segment_bytes;
         let too_old = active
             .first_batch_timestamp()
-            .is_some_and(|ts| now_ms.saturating_sub(ts) > self.config.segment_ms);
+            .is_some_and(|ts| incoming_max_timestamp.saturating_sub(ts) > self.config.segment_ms);
         let offsets_overflow = !active.can_hold_offset(active.next_offset() + incoming_records);
         if too_big || too_old || active.indexes_full() || offsets_overflow {
             self.roll()?;
