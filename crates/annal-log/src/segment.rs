@@ -58,14 +58,22 @@ impl Segment {
             .create_new(true)
             .open(&log_path)
             .map_err(|e| LogError::io("create segment", &log_path, e))?;
-        let offset_index = OffsetIndex::create(
-            &dir.join(file_name(base_offset, "index")),
-            config.segment_index_bytes,
-        )?;
-        let time_index = TimeIndex::create(
-            &dir.join(file_name(base_offset, "timeindex")),
-            config.segment_index_bytes,
-        )?;
+        let index_path = dir.join(file_name(base_offset, "index"));
+        let time_path = dir.join(file_name(base_offset, "timeindex"));
+        let indexes = OffsetIndex::create(&index_path, config.segment_index_bytes).and_then(|o| {
+            TimeIndex::create(&time_path, config.segment_index_bytes).map(|t| (o, t))
+        });
+        let (offset_index, time_index) = match indexes {
+            Ok(indexes) => indexes,
+            Err(e) => {
+                // Out of inodes or space: leave nothing behind, or the next roll would find the segment file
+                // already there and fail for good.
+                for path in [&log_path, &index_path, &time_path] {
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(e);
+            }
+        };
         Ok(Segment {
             base_offset,
             log_path,
