@@ -323,3 +323,97 @@ fn file_size_limit_in_a_child() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+#[test]
+fn out_of_inodes_on_a_tmpfs() {
+    // File creation fails with ENOSPC when the filesystem has no free inodes: rolls (new segment, index and
+    // snapshot files) fail at different points. Once inodes are freed, appends must work again.
+    let mountpoint = tempfile::tempdir().unwrap();
+    let _tmpfs = match Tmpfs::mount(mountpoint.path(), "8m,nr_inodes=64") {
+        Ok(t) => t,
+        Err(e) => {
+            println!("SKIPPED out_of_inodes_on_a_tmpfs: cannot mount a tmpfs ({e}); needs root");
+            return;
+        }
+    };
+    let dir = mountpoint.path().join("log");
+    let fillers = mountpoint.path().join("fillers");
+    std::fs::create_dir(&fillers).unwrap();
+    let seed: u64 = std::env::var("ANNAL_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| rand::thread_rng().gen());
+    println!("seed {seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let small = LogConfig {
+        segment_bytes: 2048,
+        ..config()
+    };
+    let mut log = Log::open(&dir, small.clone()).unwrap();
+    let mut model = Model::default();
+    let mut n = 0u64;
+    let mut failed_ops = std::collections::BTreeSet::new();
+    for cycle in 0..30 {
+        // Use up every inode, then give a random few back.
+        let mut created = Vec::new();
+        loop {
+            let path = fillers.join(created.len().to_string());
+            match std::fs::File::create(&path) {
+                Ok(_) => created.push(path),
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+                Err(e) => panic!("creating filler files: {e}"),
+            }
+        }
+        for path in created.drain(..).take(rng.gen_range(0..5)) {
+            std::fs::remove_file(path).unwrap();
+        }
+        let error = loop {
+            n += 1;
+            if let Err(e) = try_append(&mut log, &mut model, n, rng.gen_range(1..1500)) {
+                break e;
+            }
+        };
+        assert!(
+            error.is_disk_full(),
+            "cycle {cycle}: expected disk full, got: {error}"
+        );
+        if let LogError::Io { op, .. } = &error {
+            failed_ops.insert(*op);
+        }
+        let context = format!("cycle {cycle} (seed {seed}) after `{error}`");
+        check(&log, &model, &context);
+        let free_inodes = || {
+            for entry in std::fs::read_dir(&fillers).unwrap() {
+                std::fs::remove_file(entry.unwrap().path()).unwrap();
+            }
+        };
+        if rng.gen_bool(0.3) {
+            drop(log);
+            free_inodes();
+            log = Log::open(&dir, small.clone()).unwrap();
+            check(
+                &log,
+                &model,
+                &format!("{context}, after an unclean restart"),
+            );
+        } else {
+            free_inodes();
+        }
+        for _ in 0..5 {
+            n += 1;
+            try_append(&mut log, &mut model, n, rng.gen_range(1..1500))
+                .unwrap_or_else(|e| panic!("{context}: append after freeing inodes: {e}"));
+        }
+        check(&log, &model, &context);
+        log.set_config(LogConfig {
+            retention_bytes: 6 * 1024,
+            ..small.clone()
+        });
+        log.apply_retention(BASE_TS).unwrap();
+        log.set_config(small.clone());
+    }
+    println!("out of inodes at: {failed_ops:?}");
+    drop(log);
+    let log = Log::open(&dir, small).unwrap();
+    check(&log, &model, "final unclean restart");
+}
