@@ -56,12 +56,16 @@ impl IndexFile {
     }
 
     fn open_existing(path: &Path) -> crate::Result<(IndexFile, Vec<u8>)> {
+        use std::io::Seek;
         let bytes = std::fs::read(path).map_err(|e| LogError::io("read index", path, e))?;
-        let file = OpenOptions::new()
+        let mut file = OpenOptions::new()
             .read(true)
             .write(true)
             .open(path)
             .map_err(|e| LogError::io("open index", path, e))?;
+        // Entries are appended at the cursor: start after the existing ones, not over them.
+        file.seek(std::io::SeekFrom::End(0))
+            .map_err(|e| LogError::io("seek index", path, e))?;
         Ok((
             IndexFile {
                 path: path.to_path_buf(),
