@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 use annal_log::batch::{self, build_batch, ProducerFields};
 use annal_log::{AppendOptions, Log, LogConfig, LogError};
 
+/// A (key, value) record for `build_batch`.
+type Record<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
 const BASE_TS: i64 = 1_700_000_000_000;
 
 fn config() -> LogConfig {
@@ -41,8 +44,7 @@ fn fill(dir: &Path) -> (Log, Vec<Stored>) {
     for i in 0..120i64 {
         let count = 1 + (i % 3) as usize;
         let value = vec![b'a' + (i % 26) as u8; 40 + (i as usize * 7) % 120];
-        let records: Vec<(Option<&[u8]>, Option<&[u8]>)> =
-            vec![(None, Some(value.as_slice())); count];
+        let records: Vec<Record> = vec![(None, Some(value.as_slice())); count];
         let base = log.log_end_offset();
         let timestamps: Vec<i64> = (0..count as i64)
             .map(|r| BASE_TS + (base + r) * 10)
@@ -335,4 +337,49 @@ fn corrupt_batch_in_an_older_segment_cuts_the_log_there() {
     drop(log);
     let log = Log::open(dir.path(), config()).unwrap();
     assert_eq!(log.log_end_offset(), victim.base + 1);
+}
+
+#[test]
+fn index_files_written_across_restarts_match_a_rebuild() {
+    // Appending after a clean restart must add index entries after the existing ones, so the files stay
+    // exactly what a rebuild from the log produces.
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        segment_bytes: 1 << 20,
+        index_interval_bytes: 100,
+        ..config()
+    };
+    let mut log = Log::open(dir.path(), config.clone()).unwrap();
+    let mut timestamp = BASE_TS;
+    let mut append = |log: &mut Log, count: usize| {
+        for _ in 0..count {
+            timestamp += 7;
+            let mut bytes =
+                batch::build_uncompressed_batch(&[(None, Some([b'v'; 90].as_slice()))], timestamp);
+            log.append(&mut bytes, &opts()).unwrap();
+        }
+    };
+    append(&mut log, 30);
+    log.close().unwrap();
+    let mut log = Log::open(dir.path(), config.clone()).unwrap();
+    append(&mut log, 30);
+    log.close().unwrap();
+    let written: Vec<Vec<u8>> = ["index", "timeindex"]
+        .iter()
+        .map(|s| std::fs::read(file(dir.path(), 0, s)).unwrap())
+        .collect();
+    assert!(
+        written[0].len() >= 8 * 20,
+        "the test needs many index entries"
+    );
+    for s in ["index", "timeindex"] {
+        std::fs::remove_file(file(dir.path(), 0, s)).unwrap();
+    }
+    Log::open(dir.path(), config).unwrap().close().unwrap();
+    for (i, s) in ["index", "timeindex"].iter().enumerate() {
+        assert!(
+            std::fs::read(file(dir.path(), 0, s)).unwrap() == written[i],
+            "the .{s} file written across a restart differs from a rebuild"
+        );
+    }
 }

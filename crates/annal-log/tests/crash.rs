@@ -18,6 +18,9 @@ use annal_log::batch::{self, build_batch, ProducerFields};
 use annal_log::{AppendOptions, Log, LogConfig};
 use rand::Rng;
 
+/// A (key, value) record for `build_batch`.
+type Record<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
 const LOG_DIR_ENV: &str = "ANNAL_CRASH_LOG_DIR";
 const FLUSHED_FILE_ENV: &str = "ANNAL_CRASH_FLUSHED_FILE";
 const LEADER_EPOCH: i32 = 3;
@@ -48,8 +51,7 @@ fn batch_at(base: i64) -> Vec<u8> {
             seed.bytes().cycle().take(len.max(seed.len())).collect()
         })
         .collect();
-    let records: Vec<(Option<&[u8]>, Option<&[u8]>)> =
-        values.iter().map(|v| (None, Some(v.as_slice()))).collect();
+    let records: Vec<Record> = values.iter().map(|v| (None, Some(v.as_slice()))).collect();
     let timestamps: Vec<i64> = (0..count as i64)
         .map(|i| BASE_TIMESTAMP + base + i)
         .collect();

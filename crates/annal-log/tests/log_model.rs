@@ -10,8 +10,14 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use annal_log::batch::{self, build_batch, BatchHeader, ProducerFields};
-use annal_log::{AppendOptions, Log, LogConfig, LogError};
+use annal_log::{AppendOptions, Log, LogConfig, LogError, TimestampType};
 use proptest::prelude::*;
+
+/// (producer id, epoch, base sequence)
+type ProducerTriple = (i64, i16, i32);
+
+/// A (key, value) record for `build_batch`.
+type Record<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
 
 /// One batch of an append: how many records, how big, how old, and whether an idempotent producer sent it.
 #[derive(Debug, Clone)]
@@ -26,7 +32,8 @@ struct BatchGen {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Append(Vec<BatchGen>),
+    /// Batches of one request; `true`: the topic uses LogAppendTime.
+    Append(Vec<BatchGen>, bool),
     /// Re-sends a producer's last batch: must be recognised as a duplicate.
     Retry(u8),
     Read {
@@ -71,7 +78,8 @@ fn batch_gen() -> impl Strategy<Value = BatchGen> {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        12 => prop::collection::vec(batch_gen(), 1..4).prop_map(Op::Append),
+        12 => (prop::collection::vec(batch_gen(), 1..4), prop::bool::weighted(0.2))
+            .prop_map(|(batches, log_append_time)| Op::Append(batches, log_append_time)),
         2 => (1u8..=3).prop_map(Op::Retry),
         5 => (any::<u32>(), any::<u16>(), prop::option::of(any::<u32>()))
             .prop_map(|(offset, max_bytes, upper)| Op::Read { offset, max_bytes, upper }),
@@ -236,12 +244,12 @@ fn make_batch(
     m: &mut Model,
     g: &BatchGen,
     staged: &mut HashMap<i64, (i16, i32)>,
-) -> (Vec<u8>, Vec<i64>, Option<(i64, i16, i32)>) {
+) -> (Vec<u8>, Vec<i64>, Option<ProducerTriple>) {
     m.value_counter += 1;
     let fill = (m.value_counter % 251) as u8;
     let value = vec![fill; usize::from(g.value_len)];
     let key = m.value_counter.to_be_bytes();
-    let records: Vec<(Option<&[u8]>, Option<&[u8]>)> = (0..g.records)
+    let records: Vec<Record> = (0..g.records)
         .map(|_| (g.keyed.then_some(key.as_slice()), Some(value.as_slice())))
         .collect();
     let timestamps: Vec<i64> = (0..i64::from(g.records))
@@ -278,7 +286,7 @@ fn apply(
 ) -> Result<(), String> {
     let log = slot.as_mut().expect("open");
     match op {
-        Op::Append(gens) => {
+        Op::Append(gens, log_append_time) => {
             let mut staged = HashMap::new();
             let mut sent = Vec::new();
             let mut request = Vec::new();
@@ -288,7 +296,15 @@ fn apply(
                 sent.push((bytes, ts, producer));
             }
             let total: i64 = gens.iter().map(|g| i64::from(g.records)).sum();
-            let info = log.append(&mut request, &opts(m.now)).map_err(err)?;
+            let options = AppendOptions {
+                timestamp_type: if *log_append_time {
+                    TimestampType::LogAppendTime
+                } else {
+                    TimestampType::CreateTime
+                },
+                ..opts(m.now)
+            };
+            let info = log.append(&mut request, &options).map_err(err)?;
             if info.duplicate
                 || info.first_offset != m.log_end
                 || info.last_offset != m.log_end + total - 1
@@ -299,7 +315,11 @@ fn apply(
                 ));
             }
             let mut position = 0;
-            for (bytes, record_timestamps, producer) in sent {
+            for (bytes, mut record_timestamps, producer) in sent {
+                if *log_append_time {
+                    // Every record's timestamp becomes the broker's clock.
+                    record_timestamps.fill(m.now);
+                }
                 let stored = request[position..position + bytes.len()].to_vec();
                 position += bytes.len();
                 let header = BatchHeader::parse(&stored).ok_or("stored batch does not parse")?;
@@ -741,7 +761,7 @@ fn check_all(m: &Model, log: &Log) -> Result<(), String> {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 64,
+        cases: 256,
         max_shrink_iters: 2000,
         ..ProptestConfig::default()
     })]
