@@ -659,6 +659,58 @@ fn check_read(
     Ok(())
 }
 
+/// The index files on disk (not just the engine's memory) describe the segment: each offset index entry names
+/// the last offset of the batch starting at its position; each time index entry holds the largest timestamp of
+/// the segment up to its offset, carried by the batch ending there.
+fn check_index_files(m: &Model, s: &annal_log::SegmentInfo) -> Result<(), String> {
+    let in_segment: Vec<&ModelBatch> = m
+        .batches
+        .iter()
+        .filter(|b| b.base >= s.base_offset && b.base < s.next_offset)
+        .collect();
+    let index = std::fs::read(s.path.with_extension("index")).map_err(|e| e.to_string())?;
+    let mut position = 0usize;
+    let mut starts = HashMap::new();
+    for b in &in_segment {
+        starts.insert(position as u64, *b);
+        position += b.bytes.len();
+    }
+    for entry in index.chunks_exact(8) {
+        let relative = u32::from_be_bytes(entry[0..4].try_into().unwrap());
+        let position = u32::from_be_bytes(entry[4..8].try_into().unwrap());
+        match starts.get(&u64::from(position)) {
+            Some(b) if b.last == s.base_offset + i64::from(relative) => {}
+            other => {
+                return Err(format!(
+                    "{}: entry ({relative}, {position}) names the wrong batch ({:?})",
+                    s.path.with_extension("index").display(),
+                    other.map(|b| (b.base, b.last))
+                ))
+            }
+        }
+    }
+    let time_index =
+        std::fs::read(s.path.with_extension("timeindex")).map_err(|e| e.to_string())?;
+    for entry in time_index.chunks_exact(12) {
+        let timestamp = i64::from_be_bytes(entry[0..8].try_into().unwrap());
+        let offset =
+            s.base_offset + i64::from(u32::from_be_bytes(entry[8..12].try_into().unwrap()));
+        let max_so_far = in_segment
+            .iter()
+            .filter(|b| b.last <= offset)
+            .map(|b| b.max_timestamp)
+            .max();
+        let carrier = in_segment.iter().find(|b| b.last == offset);
+        if max_so_far != Some(timestamp) || carrier.is_none_or(|b| b.max_timestamp != timestamp) {
+            return Err(format!(
+                "{}: entry ({timestamp}, {offset}) but the segment's max timestamp up to there is {max_so_far:?}",
+                s.path.with_extension("timeindex").display()
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn check_all(m: &Model, log: &Log) -> Result<(), String> {
     if log.log_start_offset() != m.log_start || log.log_end_offset() != m.log_end {
         return Err(format!(
@@ -704,6 +756,9 @@ fn check_all(m: &Model, log: &Log) -> Result<(), String> {
                 s.base_offset, s.size_bytes
             ));
         }
+    }
+    for s in &segs {
+        check_index_files(m, s)?;
     }
     if m.batches
         .first()
