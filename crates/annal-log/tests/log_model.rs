@@ -34,6 +34,13 @@ struct BatchGen {
 enum Op {
     /// Batches of one request; `true`: the topic uses LogAppendTime.
     Append(Vec<BatchGen>, bool),
+    /// A request whose batch `bad % len` is broken (a flipped CRC-covered byte, or a producer sequence gap):
+    /// it must fail and write nothing, not even the valid batches before the bad one.
+    AppendBad {
+        batches: Vec<BatchGen>,
+        bad: u8,
+        corrupt: bool,
+    },
     /// Re-sends a producer's last batch: must be recognised as a duplicate.
     Retry(u8),
     Read {
@@ -81,6 +88,8 @@ fn op() -> impl Strategy<Value = Op> {
         12 => (prop::collection::vec(batch_gen(), 1..4), prop::bool::weighted(0.2))
             .prop_map(|(batches, log_append_time)| Op::Append(batches, log_append_time)),
         2 => (1u8..=3).prop_map(Op::Retry),
+        2 => (prop::collection::vec(batch_gen(), 1..4), any::<u8>(), any::<bool>())
+            .prop_map(|(batches, bad, corrupt)| Op::AppendBad { batches, bad, corrupt }),
         5 => (any::<u32>(), any::<u16>(), prop::option::of(any::<u32>()))
             .prop_map(|(offset, max_bytes, upper)| Op::Read { offset, max_bytes, upper }),
         1 => any::<u32>().prop_map(Op::Truncate),
@@ -337,6 +346,50 @@ fn apply(
                     producer,
                 });
                 m.log_end = header.next_offset();
+            }
+        }
+        Op::AppendBad {
+            batches,
+            bad,
+            corrupt,
+        } => {
+            let bad = usize::from(*bad) % batches.len();
+            let mut staged = HashMap::new();
+            let mut request = Vec::new();
+            for (i, g) in batches.iter().enumerate() {
+                let mut g = g.clone();
+                if i == bad && !corrupt {
+                    g.producer = Some(g.producer.unwrap_or(1));
+                }
+                let (mut bytes, _, _) = make_batch(m, &g, &mut staged);
+                if i == bad {
+                    if *corrupt {
+                        let last = bytes.len() - 1;
+                        bytes[last] ^= 0x10;
+                    } else {
+                        // A gap of 7 in the producer's sequence (CRC recomputed: the batch itself is sound).
+                        let seq = batch::field::BASE_SEQUENCE;
+                        let gapped =
+                            i32::from_be_bytes(bytes[seq..seq + 4].try_into().unwrap()) + 7;
+                        bytes[seq..seq + 4].copy_from_slice(&gapped.to_be_bytes());
+                        let crc = batch::compute_crc(&bytes);
+                        bytes[batch::field::CRC..batch::field::CRC + 4]
+                            .copy_from_slice(&crc.to_be_bytes());
+                    }
+                }
+                request.extend_from_slice(&bytes);
+            }
+            let result = log.append(&mut request, &opts(m.now));
+            let expected = if *corrupt {
+                matches!(result, Err(LogError::CorruptRecord { .. }))
+            } else {
+                matches!(
+                    result,
+                    Err(LogError::OutOfOrderSequence { .. } | LogError::UnknownProducerId { .. })
+                )
+            };
+            if !expected {
+                return Err(format!("a request with a bad batch answered {result:?}"));
             }
         }
         Op::Retry(p) => {
