@@ -219,17 +219,20 @@ fn truncation_fails_waiters_for_removed_offsets() {
     let log = observed(dir.path());
     let commit = GroupCommit::start(Arc::clone(&log));
     // Slow failing-free fsyncs are not needed: register, truncate under the log's lock, then check.
-    let pending = {
+    let (pending, kept) = {
         let mut l = log.log.lock();
         for i in 0..5 {
             l.append(&mut batch(i), &AppendOptions::default()).unwrap();
         }
-        // Holding the log's lock keeps the flusher from syncing until the truncation is reported.
+        // Registered under the lock of the appends; holding it keeps the flusher from syncing until the
+        // truncation is reported.
         let wait = commit.durable(4);
+        let kept = commit.durable(2);
         l.truncate_to(3).unwrap();
         commit.truncated(l.log_end_offset());
-        wait
+        (wait, kept)
     };
+    kept.wait().unwrap();
     assert!(matches!(
         block_on(pending),
         Err(DurableError::Truncated {
