@@ -113,13 +113,21 @@ fn config() -> impl Strategy<Value = LogConfig> {
         0u32..700,
         prop_oneof![Just(10 << 20), 8u32..64],
         prop_oneof![Just(7 * 24 * 3600 * 1000i64), 50i64..500],
+        prop_oneof![3 => Just(u64::MAX), 1 => 1u64..20],
     )
         .prop_map(
-            |(segment_bytes, index_interval_bytes, segment_index_bytes, segment_ms)| LogConfig {
+            |(
                 segment_bytes,
                 index_interval_bytes,
                 segment_index_bytes,
                 segment_ms,
+                flush_messages,
+            )| LogConfig {
+                segment_bytes,
+                index_interval_bytes,
+                segment_index_bytes,
+                segment_ms,
+                flush_messages,
                 // Producers must not expire under the model's feet; expiry is not modelled.
                 producer_id_expiration_ms: i64::MAX,
                 ..LogConfig::default()
@@ -151,6 +159,8 @@ struct Model {
     now: i64,
     highest_epoch: HashMap<i64, i16>,
     value_counter: u64,
+    /// Records appended since the last complete flush (for `flush.messages`).
+    unflushed_records: u64,
 }
 
 const LEADER_EPOCH: i32 = 7;
@@ -165,6 +175,7 @@ impl Model {
             now: 1_700_000_000_000,
             highest_epoch: HashMap::new(),
             value_counter: 0,
+            unflushed_records: 0,
         }
     }
 
@@ -346,6 +357,20 @@ fn apply(
                     producer,
                 });
                 m.log_end = header.next_offset();
+            }
+            m.unflushed_records += total as u64;
+            if m.unflushed_records >= config.flush_messages {
+                // flush.messages reached: this append was fsynced before it returned.
+                if log.flushed_offset() != m.log_end {
+                    return Err(format!(
+                        "flush.messages={} reached but the flushed offset is {}, log end {}",
+                        config.flush_messages,
+                        log.flushed_offset(),
+                        m.log_end
+                    ));
+                }
+                m.flushed = m.log_end;
+                m.unflushed_records = 0;
             }
         }
         Op::AppendBad {
@@ -539,6 +564,7 @@ fn apply(
         }
         Op::Roll => log.roll().map_err(err)?,
         Op::Flush => {
+            m.unflushed_records = 0;
             log.flush().map_err(err)?;
             m.flushed = m.log_end;
             if log.flushed_offset() != m.log_end {
@@ -553,11 +579,13 @@ fn apply(
         Op::CloseReopen => {
             slot.take().expect("open").close().map_err(err)?;
             *slot = Some(Log::open(dir, config.clone()).map_err(err)?);
+            m.unflushed_records = 0;
             m.flushed = m.log_end;
         }
         Op::DropReopen => {
             drop(slot.take());
             *slot = Some(Log::open(dir, config.clone()).map_err(err)?);
+            m.unflushed_records = 0;
         }
         Op::PowerLoss { cut, garbage } => {
             // Durable: what flush() promised, and what the engine believes (after a reopen it may know less).
@@ -609,6 +637,7 @@ fn apply(
             m.log_start = m.log_start.min(m.log_end);
             m.flushed = m.flushed.min(m.log_end);
             *slot = Some(Log::open(dir, config.clone()).map_err(err)?);
+            m.unflushed_records = 0;
         }
     }
     Ok(())
