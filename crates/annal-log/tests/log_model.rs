@@ -873,7 +873,7 @@ fn check_all(m: &Model, log: &Log) -> Result<(), String> {
             expected.len()
         ));
     }
-    // The largest timestamp: over segments holding visible offsets; the earliest batch carrying it.
+    // The largest timestamp: over segments holding visible offsets; the earliest record carrying it.
     let visible_from = segs
         .iter()
         .find(|s| s.next_offset > m.log_start)
@@ -882,9 +882,18 @@ fn check_all(m: &Model, log: &Log) -> Result<(), String> {
         m.batches
             .iter()
             .filter(|b| b.base >= from)
-            .fold(None, |best: Option<(i64, i64)>, b| match best {
+            .fold(None, |best: Option<(i64, &ModelBatch)>, b| match best {
                 Some((ts, _)) if ts >= b.max_timestamp => best,
-                _ => Some((b.max_timestamp, b.last)),
+                _ => Some((b.max_timestamp, b)),
+            })
+            .map(|(ts, b)| {
+                // The first record carrying it (as Kafka's ListOffsets MAX_TIMESTAMP), not below the log start.
+                let first = b
+                    .record_timestamps
+                    .iter()
+                    .position(|&t| t == ts)
+                    .expect("carrier");
+                (ts, (b.base + first as i64).max(m.log_start))
             })
     });
     if log.max_timestamp() != expected_max {
