@@ -1,1 +1,38 @@
-pub fn placeholder() {}
+//! `annal-log`: Annal's storage engine, a Kafka-format partition log.
+//!
+//! A partition is a directory of segments. Each segment is a `<base offset>.log` file holding Kafka v2 record
+//! batches byte for byte, with a sparse offset index (`.index`) and time index (`.timeindex`) beside it, so
+//! Kafka's own tools (`kafka-dump-log`) read our files. See `docs/on-disk-format.md`.
+//!
+//! The engine knows nothing of the network and needs no async runtime: [`Log`] is a plain value with a
+//! synchronous API. Mutations take `&mut self`; reads take `&self` and return a [`FileSlice`] that can be read
+//! (or sent with `sendfile`) after the caller has released whatever lock guards the log.
+//!
+//! ```
+//! use annal_log::{Log, LogConfig, AppendOptions, batch};
+//! let dir = tempfile::tempdir().unwrap();
+//! let mut log = Log::open(dir.path(), LogConfig::default()).unwrap();
+//! let mut bytes = batch::build_uncompressed_batch(&[(None, Some(b"hello".as_slice()))], 1_700_000_000_000);
+//! let info = log.append(&mut bytes, &AppendOptions::default()).unwrap();
+//! assert_eq!((info.first_offset, info.last_offset), (0, 0));
+//! let read = log.read(0, 1 << 20, None).unwrap();
+//! assert_eq!(read.slice.unwrap().read_to_vec().unwrap(), bytes);
+//! ```
+
+pub mod batch;
+mod checkpoint;
+mod config;
+mod error;
+mod index;
+mod log;
+pub mod producer;
+mod segment;
+mod slice;
+
+pub use crate::config::LogConfig;
+pub use crate::error::LogError;
+pub use crate::log::{AppendInfo, AppendOptions, AppendOrigin, Log, LogRead, TimestampType};
+pub use crate::slice::FileSlice;
+
+/// Result alias for engine operations.
+pub type Result<T, E = LogError> = std::result::Result<T, E>;

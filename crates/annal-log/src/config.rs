@@ -1,0 +1,51 @@
+//! Per-partition log settings, named after Kafka's topic configs.
+
+/// Settings of one partition's log. Field names follow Kafka's topic configs (`segment.bytes` is
+/// `segment_bytes`); defaults are Kafka's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// `segment.bytes`: roll to a new segment when the active one would exceed this size.
+    pub segment_bytes: u64,
+    /// `segment.ms`: roll when the active segment's first batch is older than this.
+    pub segment_ms: i64,
+    /// `retention.ms`: delete segments whose newest timestamp is older than this; -1 keeps them forever.
+    pub retention_ms: i64,
+    /// `retention.bytes`: delete oldest segments while the log exceeds this; -1 means no limit.
+    pub retention_bytes: i64,
+    /// `max.message.bytes`: the largest record batch accepted.
+    pub max_message_bytes: u32,
+    /// `index.interval.bytes`: bytes of log between two offset (and time) index entries.
+    pub index_interval_bytes: u32,
+    /// `segment.index.bytes`: an index larger than this forces a roll.
+    pub segment_index_bytes: u32,
+    /// `flush.messages`: fsync after this many appended records; `u64::MAX` leaves it to the page cache.
+    pub flush_messages: u64,
+    /// `flush.ms`: fsync when the oldest unflushed append is older than this (checked by [`crate::Log::flush_if_due`]).
+    pub flush_ms: i64,
+    /// `producer.id.expiration.ms`: forget an idle idempotent producer's state after this.
+    pub producer_id_expiration_ms: i64,
+}
+
+impl LogConfig {
+    /// Kafka's default `max.message.bytes`: 1 MiB plus the record batch overhead.
+    pub const DEFAULT_MAX_MESSAGE_BYTES: u32 = 1_048_588;
+    /// The largest segment we can address: index positions are 32-bit, as in Kafka.
+    pub const SEGMENT_BYTES_MAX: u64 = i32::MAX as u64;
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 1 << 30,
+            segment_ms: 7 * 24 * 60 * 60 * 1000,
+            retention_ms: 7 * 24 * 60 * 60 * 1000,
+            retention_bytes: -1,
+            max_message_bytes: Self::DEFAULT_MAX_MESSAGE_BYTES,
+            index_interval_bytes: 4096,
+            segment_index_bytes: 10 * 1024 * 1024,
+            flush_messages: u64::MAX,
+            flush_ms: i64::MAX,
+            producer_id_expiration_ms: 24 * 60 * 60 * 1000,
+        }
+    }
+}

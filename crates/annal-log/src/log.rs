@@ -1,0 +1,793 @@
+//! The partition log: an ordered set of segments, plus the bookkeeping that spans them (log start offset,
+//! recovery point, producer state).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::batch::{self, BatchHeader};
+use crate::checkpoint::{self, Checkpoint};
+use crate::config::LogConfig;
+use crate::error::LogError;
+use crate::producer::{ProducerStateManager, SequenceCheck};
+use crate::segment::{self, Segment};
+use crate::slice::FileSlice;
+
+/// Which clock stamps a batch: the producer's (`CreateTime`) or the broker's at append (`LogAppendTime`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TimestampType {
+    #[default]
+    CreateTime,
+    LogAppendTime,
+}
+
+/// Who is appending; it decides which batches are allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AppendOrigin {
+    /// A producer: control batches are refused.
+    #[default]
+    Client,
+    /// The broker itself (transaction markers, coordinator records).
+    Coordinator,
+}
+
+/// Options of one append.
+#[derive(Debug, Clone, Copy)]
+pub struct AppendOptions {
+    /// Written into each batch's partition leader epoch field.
+    pub leader_epoch: i32,
+    /// The broker's clock, for `LogAppendTime` and time-based rolling.
+    pub now_ms: i64,
+    pub timestamp_type: TimestampType,
+    pub origin: AppendOrigin,
+}
+
+impl Default for AppendOptions {
+    fn default() -> Self {
+        AppendOptions {
+            leader_epoch: 0,
+            now_ms: now_ms(),
+            timestamp_type: TimestampType::CreateTime,
+            origin: AppendOrigin::Client,
+        }
+    }
+}
+
+/// What an append did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub first_offset: i64,
+    pub last_offset: i64,
+    /// Largest batch max-timestamp appended (after `LogAppendTime` stamping).
+    pub max_timestamp: i64,
+    /// The broker's timestamp when the topic uses `LogAppendTime`.
+    pub log_append_time_ms: Option<i64>,
+    pub log_start_offset: i64,
+    /// The request repeated an idempotent producer's batch already in the log: nothing was written and the
+    /// offsets are the original ones.
+    pub duplicate: bool,
+    pub records_count: u64,
+}
+
+/// The result of a read.
+#[derive(Debug, Clone)]
+pub struct LogRead {
+    /// Whole batches; `None` when nothing is available at the offset (yet).
+    pub slice: Option<FileSlice>,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+}
+
+/// A summary of one segment, for inspection tools.
+#[derive(Debug, Clone)]
+pub struct SegmentInfo {
+    pub base_offset: i64,
+    pub next_offset: i64,
+    pub size_bytes: u64,
+    pub max_timestamp: Option<i64>,
+    pub path: PathBuf,
+}
+
+/// Snapshot files beyond this many (newest kept) are deleted.
+const SNAPSHOTS_KEPT_MAX: usize = 2;
+
+/// A partition's log. See the crate docs.
+#[derive(Debug)]
+pub struct Log {
+    dir: PathBuf,
+    config: LogConfig,
+    /// Keyed by base offset; never empty; the last one is the active segment.
+    segments: BTreeMap<i64, Segment>,
+    log_start_offset: i64,
+    /// Every offset below this is known to be on stable storage.
+    recovery_point: i64,
+    producers: ProducerStateManager,
+    unflushed_records: u64,
+    first_unflushed_ms: Option<i64>,
+}
+
+impl Log {
+    /// Opens the log in `dir` (created if missing). After an unclean shutdown every segment from the recovery
+    /// point on is validated batch by batch, torn tails are cut, and indexes are rebuilt; after a clean one only
+    /// the index files are checked.
+    pub fn open(dir: &Path, config: LogConfig) -> crate::Result<Log> {
+        assert!(
+            config.segment_bytes > 0 && config.segment_bytes <= LogConfig::SEGMENT_BYTES_MAX,
+            "segment.bytes out of range"
+        );
+        std::fs::create_dir_all(dir).map_err(|e| LogError::io("create log directory", dir, e))?;
+        let checkpoint = Checkpoint::read(dir);
+        let (bases, snapshots) = scan_directory(dir)?;
+
+        let clean = checkpoint.is_some_and(|c| c.clean_shutdown);
+        let recovery_point = checkpoint.map_or(0, |c| c.recovery_point);
+        let first_to_recover = if clean {
+            None
+        } else {
+            // The segment holding the recovery point and all later ones are scanned.
+            Some(
+                bases
+                    .iter()
+                    .rev()
+                    .find(|&&b| b <= recovery_point)
+                    .copied()
+                    .unwrap_or(i64::MIN),
+            )
+        };
+
+        let mut segments = BTreeMap::new();
+        let mut previous_next: Option<i64> = None;
+        let mut iter = bases.iter().copied().peekable();
+        while let Some(base) = iter.next() {
+            let recover = first_to_recover.is_some_and(|first| base >= first);
+            let (seg, report) = Segment::open(dir, base, &config, recover)?;
+            if let Some(reason) = &report.rebuilt_indexes {
+                tracing::info!(dir = %dir.display(), base_offset = base, reason = %reason, "rebuilt segment indexes");
+            }
+            if previous_next.is_some_and(|n| base < n) {
+                return Err(LogError::Unrecoverable {
+                    path: seg.log_path().to_path_buf(),
+                    reason: format!("segment starts at offset {base}, inside the previous segment; move it aside and restart"),
+                });
+            }
+            previous_next = Some(seg.next_offset());
+            let cut = report.truncated_bytes > 0;
+            segments.insert(base, seg);
+            if cut {
+                // Nothing after a corrupt batch can be trusted to follow it: drop the later segments.
+                for later in iter.by_ref() {
+                    tracing::warn!(dir = %dir.display(), base_offset = later, "deleting a segment that follows a corrupt one");
+                    let (seg, _) = Segment::open(dir, later, &config, false)?;
+                    seg.delete()?;
+                }
+            }
+        }
+        let start_hint = checkpoint.map_or(0, |c| c.log_start_offset);
+        if segments.is_empty() {
+            segments.insert(start_hint, Segment::create(dir, start_hint, &config)?);
+        }
+        let first_base = *segments.keys().next().expect("non-empty");
+        let log_end = segments
+            .values()
+            .next_back()
+            .expect("non-empty")
+            .next_offset();
+        let log_start_offset = start_hint.max(first_base).min(log_end);
+
+        let mut log = Log {
+            dir: dir.to_path_buf(),
+            config,
+            segments,
+            log_start_offset,
+            recovery_point: if clean {
+                log_end
+            } else {
+                recovery_point.min(log_end)
+            },
+            producers: ProducerStateManager::default(),
+            unflushed_records: 0,
+            first_unflushed_ms: None,
+        };
+        log.load_producer_state(&snapshots)?;
+        log.write_checkpoint(false)?;
+        Ok(log)
+    }
+
+    /// Rebuilds producer state: the newest usable snapshot at or below the log end, then the batch headers after it.
+    fn load_producer_state(&mut self, snapshots: &[i64]) -> crate::Result<()> {
+        let log_end = self.log_end_offset();
+        let mut from = self.log_start_offset;
+        self.producers = ProducerStateManager::default();
+        for &offset in snapshots.iter().rev() {
+            let path = self.dir.join(segment::file_name(offset, "snapshot"));
+            if offset > log_end {
+                let _ = std::fs::remove_file(&path);
+                continue;
+            }
+            match std::fs::read(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|b| ProducerStateManager::from_snapshot_bytes(&b))
+            {
+                Ok(state) => {
+                    self.producers = state;
+                    from = offset.max(self.log_start_offset);
+                    break;
+                }
+                Err(reason) => {
+                    tracing::warn!(snapshot = %path.display(), %reason, "ignoring an unreadable producer snapshot")
+                }
+            }
+        }
+        let producers = &mut self.producers;
+        for seg in self.segments.values().filter(|s| s.next_offset() > from) {
+            seg.for_each_header(from, |h| producers.replay(h))?;
+        }
+        Ok(())
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    /// Replaces the settings (topic config change). Takes effect at the next append, roll or retention pass.
+    pub fn set_config(&mut self, config: LogConfig) {
+        assert!(
+            config.segment_bytes > 0 && config.segment_bytes <= LogConfig::SEGMENT_BYTES_MAX,
+            "segment.bytes out of range"
+        );
+        self.config = config;
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset
+    }
+
+    /// The offset the next appended record will get.
+    pub fn log_end_offset(&self) -> i64 {
+        self.active().next_offset()
+    }
+
+    /// Offsets below this are on stable storage.
+    pub fn flushed_offset(&self) -> i64 {
+        self.recovery_point
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.values().map(Segment::size).sum()
+    }
+
+    pub fn producer_state(&self) -> &ProducerStateManager {
+        &self.producers
+    }
+
+    pub fn segments(&self) -> Vec<SegmentInfo> {
+        self.segments
+            .values()
+            .map(|s| SegmentInfo {
+                base_offset: s.base_offset(),
+                next_offset: s.next_offset(),
+                size_bytes: s.size(),
+                max_timestamp: s.max_timestamp().map(|(ts, _)| ts),
+                path: s.log_path().to_path_buf(),
+            })
+            .collect()
+    }
+
+    fn active(&self) -> &Segment {
+        self.segments
+            .values()
+            .next_back()
+            .expect("a log always has an active segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments
+            .values_mut()
+            .next_back()
+            .expect("a log always has an active segment")
+    }
+
+    /// Validates `batches` (one or more v2 batches, as in a Produce request), assigns their offsets in place and
+    /// appends them. Nothing is written if any batch is invalid. See [`AppendInfo::duplicate`] for retries.
+    pub fn append(
+        &mut self,
+        batches: &mut [u8],
+        opts: &AppendOptions,
+    ) -> crate::Result<AppendInfo> {
+        let validated = batch::validate_batches(batches, self.config.max_message_bytes)?;
+        let mut staged = HashMap::new();
+        let mut provisional_offset = self.log_end_offset();
+        for v in &validated {
+            if v.header.is_control() && opts.origin == AppendOrigin::Client {
+                return Err(LogError::InvalidRecord {
+                    position: v.position,
+                    reason: "clients may not write control batches".into(),
+                });
+            }
+            if let SequenceCheck::Duplicate(meta) = self.producers.check(&v.header, &staged)? {
+                return Ok(AppendInfo {
+                    first_offset: meta.first_offset,
+                    last_offset: meta.last_offset,
+                    max_timestamp: meta.max_timestamp,
+                    log_append_time_ms: None,
+                    log_start_offset: self.log_start_offset,
+                    duplicate: true,
+                    records_count: 0,
+                });
+            }
+            // Stage with provisional offsets so later batches of the same producer check against this one.
+            let mut provisional = v.header;
+            provisional.base_offset = provisional_offset;
+            provisional_offset = provisional.next_offset();
+            self.producers.stage(&provisional, &mut staged);
+        }
+
+        let total_records: i64 = validated
+            .iter()
+            .map(|v| i64::from(v.header.records_count))
+            .sum();
+        let incoming_max_timestamp = match opts.timestamp_type {
+            TimestampType::LogAppendTime => opts.now_ms,
+            TimestampType::CreateTime => validated
+                .iter()
+                .map(|v| v.header.max_timestamp)
+                .max()
+                .unwrap_or(opts.now_ms),
+        };
+        self.maybe_roll(batches.len() as u64, total_records, incoming_max_timestamp)?;
+
+        let first_offset = self.log_end_offset();
+        let mut next = first_offset;
+        let mut headers = Vec::with_capacity(validated.len());
+        let mut max_timestamp = i64::MIN;
+        for v in &validated {
+            let size = v.header.size();
+            let bytes = &mut batches[v.position..v.position + size];
+            batch::assign_offset(bytes, next, opts.leader_epoch);
+            if opts.timestamp_type == TimestampType::LogAppendTime {
+                batch::set_log_append_time(bytes, opts.now_ms);
+            }
+            let header = BatchHeader::parse(bytes).expect("validated");
+            max_timestamp = max_timestamp.max(header.max_timestamp);
+            next = header.next_offset();
+            headers.push(header);
+        }
+        self.active_mut().append(batches, &headers)?;
+
+        let mut staged = HashMap::new();
+        for header in &headers {
+            self.producers.stage(header, &mut staged);
+        }
+        self.producers.commit(staged);
+
+        self.unflushed_records += total_records as u64;
+        self.first_unflushed_ms.get_or_insert(opts.now_ms);
+        if self.unflushed_records >= self.config.flush_messages {
+            self.flush()?;
+        }
+        Ok(AppendInfo {
+            first_offset,
+            last_offset: next - 1,
+            max_timestamp,
+            log_append_time_ms: (opts.timestamp_type == TimestampType::LogAppendTime)
+                .then_some(opts.now_ms),
+            log_start_offset: self.log_start_offset,
+            duplicate: false,
+            records_count: total_records as u64,
+        })
+    }
+
+    /// Rolls to a new segment when the active one cannot take `incoming_bytes` more, spans more than
+    /// `segment.ms`, has full indexes, or could not express the new offsets relative to its base.
+    ///
+    /// As in Kafka, time-based rolling compares the incoming batches' timestamp with the segment's first
+    /// batch's, not with the wall clock, so a producer replaying old data does not roll a segment per append.
+    fn maybe_roll(
+        &mut self,
+        incoming_bytes: u64,
+        incoming_records: i64,
+        incoming_max_timestamp: i64,
+    ) -> crate::Result<()> {
+        let active = self.active();
+        if active.is_empty() {
+            return Ok(());
+        }
+        let too_big = active.size() + incoming_bytes > self.config.segment_bytes;
+        let too_old = active
+            .first_batch_timestamp()
+            .is_some_and(|ts| incoming_max_timestamp.saturating_sub(ts) > self.config.segment_ms);
+        let offsets_overflow = !active.can_hold_offset(active.next_offset() + incoming_records);
+        if too_big || too_old || active.indexes_full() || offsets_overflow {
+            self.roll()?;
+        }
+        Ok(())
+    }
+
+    /// Starts a new active segment at the log end offset. The old one is fsynced (as Kafka flushes at roll), so
+    /// the recovery point advances and a crash only rescans the new segment.
+    pub fn roll(&mut self) -> crate::Result<()> {
+        let base = self.log_end_offset();
+        if self.active().base_offset() == base {
+            return Ok(()); // already empty
+        }
+        let old = self.active_mut();
+        old.on_inactive()?;
+        old.sync()?;
+        self.write_producer_snapshot(base)?;
+        let segment = Segment::create(&self.dir, base, &self.config)?;
+        self.segments.insert(base, segment);
+        self.recovery_point = self.recovery_point.max(base);
+        self.write_checkpoint(false)
+    }
+
+    fn write_producer_snapshot(&self, offset: i64) -> crate::Result<()> {
+        let path = self.dir.join(segment::file_name(offset, "snapshot"));
+        let tmp = path.with_extension("snapshot.tmp");
+        std::fs::write(&tmp, self.producers.snapshot_bytes())
+            .map_err(|e| LogError::io("write producer snapshot", &tmp, e))?;
+        File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| LogError::io("fsync producer snapshot", &tmp, e))?;
+        std::fs::rename(&tmp, &path)
+            .map_err(|e| LogError::io("rename producer snapshot", &path, e))?;
+        // Keep only the newest few.
+        let (_, snapshots) = scan_directory(&self.dir)?;
+        if snapshots.len() > SNAPSHOTS_KEPT_MAX {
+            for old in &snapshots[..snapshots.len() - SNAPSHOTS_KEPT_MAX] {
+                let _ = std::fs::remove_file(self.dir.join(segment::file_name(*old, "snapshot")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads whole batches starting with the one that contains `offset`: at most `max_bytes` unless the first
+    /// batch alone is larger (it is returned whole), and nothing at or past `upper_bound` (for example the high
+    /// watermark). A read at the log end returns no slice.
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        upper_bound: Option<i64>,
+    ) -> crate::Result<LogRead> {
+        let log_end = self.log_end_offset();
+        if offset < self.log_start_offset || offset > log_end {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start: self.log_start_offset,
+                log_end,
+            });
+        }
+        let upper = upper_bound.unwrap_or(log_end).min(log_end);
+        let mut slice = None;
+        if offset < upper {
+            let first = self
+                .segments
+                .range(..=offset)
+                .next_back()
+                .map_or(i64::MIN, |(b, _)| *b);
+            for seg in self.segments.range(first..).map(|(_, s)| s) {
+                if let Some(found) = seg.read(offset, max_bytes, upper)? {
+                    slice = Some(found);
+                    break;
+                }
+            }
+        }
+        Ok(LogRead {
+            slice,
+            log_start_offset: self.log_start_offset,
+            log_end_offset: log_end,
+        })
+    }
+
+    /// The first offset at or after the log start whose record timestamp is >= `timestamp`, and that timestamp
+    /// (ListOffsets by time). For compressed batches the precision is the batch (records are not decompressed).
+    pub fn offset_for_timestamp(&self, timestamp: i64) -> crate::Result<Option<(i64, i64)>> {
+        for seg in self
+            .segments
+            .values()
+            .filter(|s| s.next_offset() > self.log_start_offset)
+        {
+            if let Some(found) = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The largest timestamp in the log and the last offset of the batch that carries it.
+    pub fn max_timestamp(&self) -> Option<(i64, i64)> {
+        self.segments
+            .values()
+            .filter(|s| s.next_offset() > self.log_start_offset)
+            .filter_map(Segment::max_timestamp)
+            .fold(None, |best: Option<(i64, i64)>, (ts, off)| match best {
+                Some((b, _)) if b >= ts => best,
+                _ => Some((ts, off)),
+            })
+    }
+
+    /// Removes every batch from the one containing `offset` on (replication's truncation). The log end becomes
+    /// that batch's base offset.
+    pub fn truncate_to(&mut self, offset: i64) -> crate::Result<()> {
+        if offset >= self.log_end_offset() {
+            return Ok(());
+        }
+        let first_base = *self.segments.keys().next().expect("non-empty");
+        if offset <= first_base {
+            return self.truncate_fully_and_start_at(offset.max(0));
+        }
+        let later: Vec<i64> = self.segments.range(offset + 1..).map(|(b, _)| *b).collect();
+        for base in later {
+            self.segments.remove(&base).expect("listed").delete()?;
+        }
+        let (&base, seg) = self
+            .segments
+            .range_mut(..=offset)
+            .next_back()
+            .expect("offset > first base");
+        seg.truncate_to(offset)?;
+        if seg.is_empty() && base != first_base {
+            // An empty non-first segment stays as the active segment; its base is the new log end.
+            debug_assert_eq!(seg.next_offset(), base);
+        }
+        let log_end = self.log_end_offset();
+        self.log_start_offset = self.log_start_offset.min(log_end);
+        self.recovery_point = self.recovery_point.min(log_end);
+        self.rebuild_producer_state_after_truncation()?;
+        self.write_checkpoint(false)
+    }
+
+    fn truncate_fully_and_start_at(&mut self, offset: i64) -> crate::Result<()> {
+        let all: Vec<i64> = self.segments.keys().copied().collect();
+        for base in all {
+            self.segments.remove(&base).expect("listed").delete()?;
+        }
+        self.segments
+            .insert(offset, Segment::create(&self.dir, offset, &self.config)?);
+        self.log_start_offset = offset;
+        self.recovery_point = offset;
+        self.rebuild_producer_state_after_truncation()?;
+        self.write_checkpoint(false)
+    }
+
+    fn rebuild_producer_state_after_truncation(&mut self) -> crate::Result<()> {
+        let (_, snapshots) = scan_directory(&self.dir)?;
+        self.load_producer_state(&snapshots)
+    }
+
+    /// Advances the log start offset to `offset` (DeleteRecords) and deletes segments wholly below it.
+    pub fn delete_records_before(&mut self, offset: i64) -> crate::Result<i64> {
+        let log_end = self.log_end_offset();
+        if offset > log_end || offset < 0 {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start: self.log_start_offset,
+                log_end,
+            });
+        }
+        if offset <= self.log_start_offset {
+            return Ok(self.log_start_offset);
+        }
+        self.log_start_offset = offset;
+        self.delete_segments_below_log_start()?;
+        self.write_checkpoint(false)?;
+        Ok(self.log_start_offset)
+    }
+
+    fn delete_segments_below_log_start(&mut self) -> crate::Result<u32> {
+        let active_base = self.active().base_offset();
+        let doomed: Vec<i64> = self
+            .segments
+            .values()
+            .filter(|s| s.base_offset() != active_base && s.next_offset() <= self.log_start_offset)
+            .map(Segment::base_offset)
+            .collect();
+        for base in &doomed {
+            self.segments.remove(base).expect("listed").delete()?;
+        }
+        Ok(doomed.len() as u32)
+    }
+
+    /// Applies `retention.ms` and `retention.bytes`: deletes whole oldest segments and advances the log start
+    /// offset. If every segment, the active one included, has expired by time, the log rolls first so that the
+    /// expired data can go (as Kafka does); the new active segment is empty. Also forgets idle producers.
+    pub fn apply_retention(&mut self, now_ms: i64) -> crate::Result<u32> {
+        let mut expired_count = 0usize;
+        if self.config.retention_ms >= 0 {
+            for seg in self.segments.values() {
+                match seg.max_timestamp() {
+                    Some((ts, _)) if now_ms.saturating_sub(ts) > self.config.retention_ms => {
+                        expired_count += 1
+                    }
+                    _ => break,
+                }
+            }
+        }
+        if expired_count == self.segments.len() && !self.active().is_empty() {
+            self.roll()?;
+        }
+        let mut doomed: Vec<i64> = self.segments.keys().take(expired_count).copied().collect();
+        if self.config.retention_bytes >= 0 {
+            let mut excess = self.size_bytes() as i64 - self.config.retention_bytes;
+            for seg in self.segments.values() {
+                if excess < seg.size() as i64 || seg.base_offset() == self.active().base_offset() {
+                    break;
+                }
+                excess -= seg.size() as i64;
+                if !doomed.contains(&seg.base_offset()) {
+                    doomed.push(seg.base_offset());
+                }
+            }
+        }
+        let active_base = self.active().base_offset();
+        doomed.retain(|b| *b != active_base);
+        for base in &doomed {
+            let seg = self.segments.remove(base).expect("listed");
+            tracing::info!(dir = %self.dir.display(), base_offset = base, bytes = seg.size(), "retention deleted a segment");
+            seg.delete()?;
+        }
+        let first_base = *self.segments.keys().next().expect("non-empty");
+        if first_base > self.log_start_offset {
+            self.log_start_offset = first_base;
+        }
+        self.producers
+            .remove_expired(now_ms, self.config.producer_id_expiration_ms);
+        if !doomed.is_empty() {
+            self.write_checkpoint(false)?;
+        }
+        Ok(doomed.len() as u32)
+    }
+
+    /// fsyncs everything appended so far.
+    pub fn flush(&mut self) -> crate::Result<()> {
+        let target = self.log_end_offset();
+        for seg in self
+            .segments
+            .values()
+            .filter(|s| s.next_offset() > self.recovery_point)
+        {
+            seg.sync()?;
+        }
+        self.mark_flushed(target);
+        Ok(())
+    }
+
+    /// fsyncs if the oldest unflushed append is older than `flush.ms`.
+    pub fn flush_if_due(&mut self, now_ms: i64) -> crate::Result<bool> {
+        match self.first_unflushed_ms {
+            Some(first) if now_ms.saturating_sub(first) >= self.config.flush_ms => {
+                self.flush().map(|()| true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// What a group commit must fsync to make everything appended so far durable. Take it under the caller's
+    /// lock, run [`SyncHandle::sync`] without it (many appends then share one fsync), then call
+    /// [`Log::mark_flushed`] with [`SyncHandle::upto`].
+    pub fn sync_handle(&self) -> SyncHandle {
+        let files = self
+            .segments
+            .values()
+            .filter(|s| s.next_offset() > self.recovery_point)
+            .map(Segment::file_handle)
+            .collect();
+        SyncHandle {
+            files,
+            upto: self.log_end_offset(),
+        }
+    }
+
+    /// Records that everything below `offset` is on stable storage.
+    pub fn mark_flushed(&mut self, offset: i64) {
+        if offset > self.recovery_point {
+            self.recovery_point = offset.min(self.log_end_offset());
+        }
+        if self.recovery_point >= self.log_end_offset() {
+            self.unflushed_records = 0;
+            self.first_unflushed_ms = None;
+        }
+    }
+
+    /// Flushes, snapshots producer state and marks a clean shutdown, so the next open skips recovery.
+    pub fn close(mut self) -> crate::Result<()> {
+        self.flush()?;
+        let log_end = self.log_end_offset();
+        self.write_producer_snapshot(log_end)?;
+        self.write_checkpoint(true)
+    }
+
+    /// Deletes the whole log directory.
+    pub fn delete(self) -> crate::Result<()> {
+        std::fs::remove_dir_all(&self.dir)
+            .map_err(|e| LogError::io("delete log directory", &self.dir, e))
+    }
+
+    fn write_checkpoint(&self, clean_shutdown: bool) -> crate::Result<()> {
+        Checkpoint {
+            log_start_offset: self.log_start_offset,
+            recovery_point: self.recovery_point,
+            clean_shutdown,
+        }
+        .write(&self.dir)
+    }
+}
+
+/// Files to fsync for a group commit; see [`Log::sync_handle`].
+#[derive(Debug, Clone)]
+pub struct SyncHandle {
+    files: Vec<Arc<File>>,
+    upto: i64,
+}
+
+impl SyncHandle {
+    /// Everything below this offset is durable once [`SyncHandle::sync`] returns.
+    pub fn upto(&self) -> i64 {
+        self.upto
+    }
+
+    pub fn sync(&self) -> std::io::Result<()> {
+        for file in &self.files {
+            file.sync_data()?;
+        }
+        Ok(())
+    }
+}
+
+/// Lists the base offsets of segments and snapshots in `dir`, removing leftovers of interrupted operations
+/// (temporary files, index files whose log is gone).
+fn scan_directory(dir: &Path) -> crate::Result<(Vec<i64>, Vec<i64>)> {
+    let mut logs = Vec::new();
+    let mut snapshots = Vec::new();
+    let mut indexes = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| LogError::io("list log directory", dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| LogError::io("list log directory", dir, e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.ends_with(".tmp")
+            || name.ends_with(".deleted")
+            || name.ends_with(".swap")
+            || name.ends_with(".cleaned")
+        {
+            let _ = std::fs::remove_file(entry.path());
+            continue;
+        }
+        let Some((stem, suffix)) = name.split_once('.') else {
+            continue;
+        };
+        if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(base) = stem.parse::<i64>() else {
+            continue;
+        };
+        match suffix {
+            "log" => logs.push(base),
+            "snapshot" => snapshots.push(base),
+            "index" | "timeindex" => indexes.push((base, entry.path())),
+            _ => {}
+        }
+    }
+    logs.sort_unstable();
+    snapshots.sort_unstable();
+    for (base, path) in indexes {
+        if logs.binary_search(&base).is_err() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    let _ = checkpoint::FILE_NAME;
+    Ok((logs, snapshots))
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

@@ -1,0 +1,677 @@
+//! One segment: a `.log` file of record batches with its offset and time indexes.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufReader, Read};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::batch::{self, BatchHeader, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2};
+use crate::config::LogConfig;
+use crate::error::LogError;
+use crate::index::{OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
+use crate::slice::FileSlice;
+
+/// `<base offset, 20 digits>.<suffix>`, as Kafka names segment files.
+pub fn file_name(base_offset: i64, suffix: &str) -> String {
+    format!("{base_offset:020}.{suffix}")
+}
+
+/// Bytes of header needed to learn a batch's offsets and length when walking a segment.
+const HEADER_PREFIX: usize = batch::field::LAST_OFFSET_DELTA + 4;
+
+/// A segment of a partition's log.
+#[derive(Debug)]
+pub struct Segment {
+    base_offset: i64,
+    log_path: PathBuf,
+    file: Arc<File>,
+    /// Bytes of whole, valid batches; appends go here.
+    size: u64,
+    /// The offset after the last batch, or the base offset when empty.
+    next_offset: i64,
+    /// Largest batch max-timestamp in the segment, and the last offset of the batch that carried it.
+    max_timestamp: Option<(i64, i64)>,
+    /// Max timestamp of the first batch: `segment.ms` counts from it, as in Kafka.
+    first_batch_timestamp: Option<i64>,
+    offset_index: OffsetIndex,
+    time_index: TimeIndex,
+    bytes_since_last_index_entry: u64,
+    index_interval_bytes: u32,
+}
+
+/// How a segment came back after opening it.
+#[derive(Debug, Default)]
+pub struct OpenReport {
+    /// Bytes cut from a torn or corrupt tail.
+    pub truncated_bytes: u64,
+    /// Why the indexes were rebuilt, if they were.
+    pub rebuilt_indexes: Option<String>,
+}
+
+impl Segment {
+    pub fn create(dir: &Path, base_offset: i64, config: &LogConfig) -> crate::Result<Segment> {
+        let log_path = dir.join(file_name(base_offset, "log"));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&log_path)
+            .map_err(|e| LogError::io("create segment", &log_path, e))?;
+        let offset_index = OffsetIndex::create(
+            &dir.join(file_name(base_offset, "index")),
+            config.segment_index_bytes,
+        )?;
+        let time_index = TimeIndex::create(
+            &dir.join(file_name(base_offset, "timeindex")),
+            config.segment_index_bytes,
+        )?;
+        Ok(Segment {
+            base_offset,
+            log_path,
+            file: Arc::new(file),
+            size: 0,
+            next_offset: base_offset,
+            max_timestamp: None,
+            first_batch_timestamp: None,
+            offset_index,
+            time_index,
+            bytes_since_last_index_entry: 0,
+            index_interval_bytes: config.index_interval_bytes,
+        })
+    }
+
+    /// Opens an existing segment. With `recover`, every batch is validated (length, magic, CRC, offsets) and the
+    /// file is cut at the first bad one; the indexes are rebuilt. Without it, the indexes are trusted if they pass
+    /// their checks (else rebuilt from a validating scan) and only the tail after the last index entry is read.
+    pub fn open(
+        dir: &Path,
+        base_offset: i64,
+        config: &LogConfig,
+        recover: bool,
+    ) -> crate::Result<(Segment, OpenReport)> {
+        let log_path = dir.join(file_name(base_offset, "log"));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&log_path)
+            .map_err(|e| LogError::io("open segment", &log_path, e))?;
+        let file_size = file
+            .metadata()
+            .map_err(|e| LogError::io("stat segment", &log_path, e))?
+            .len();
+        let index_path = dir.join(file_name(base_offset, "index"));
+        let time_path = dir.join(file_name(base_offset, "timeindex"));
+        let mut report = OpenReport::default();
+
+        if !recover && file_size <= LogConfig::SEGMENT_BYTES_MAX {
+            if let Some(segment) = Self::open_trusting_indexes(
+                &log_path,
+                &file,
+                file_size,
+                &index_path,
+                &time_path,
+                base_offset,
+                config,
+                &mut report,
+            )? {
+                return Ok((segment, report));
+            }
+        }
+        let mut segment = Segment {
+            base_offset,
+            log_path: log_path.clone(),
+            file: Arc::new(file),
+            size: 0,
+            next_offset: base_offset,
+            max_timestamp: None,
+            first_batch_timestamp: None,
+            offset_index: OffsetIndex::create(&index_path, config.segment_index_bytes)?,
+            time_index: TimeIndex::create(&time_path, config.segment_index_bytes)?,
+            bytes_since_last_index_entry: 0,
+            index_interval_bytes: config.index_interval_bytes,
+        };
+        if report.rebuilt_indexes.is_none() && recover {
+            report.rebuilt_indexes = Some("recovering after an unclean shutdown".into());
+        }
+        let valid_size = segment.rebuild_from_log(file_size)?;
+        if valid_size < file_size {
+            report.truncated_bytes = file_size - valid_size;
+            tracing::warn!(
+                segment = %log_path.display(),
+                valid_bytes = valid_size,
+                dropped_bytes = file_size - valid_size,
+                "truncating a torn or corrupt tail"
+            );
+            segment
+                .file
+                .set_len(valid_size)
+                .map_err(|e| LogError::io("truncate segment", &log_path, e))?;
+            segment
+                .file
+                .sync_all()
+                .map_err(|e| LogError::io("fsync segment", &log_path, e))?;
+        }
+        Ok((segment, report))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn open_trusting_indexes(
+        log_path: &Path,
+        file: &File,
+        file_size: u64,
+        index_path: &Path,
+        time_path: &Path,
+        base_offset: i64,
+        config: &LogConfig,
+        report: &mut OpenReport,
+    ) -> crate::Result<Option<Segment>> {
+        if !index_path.exists() || !time_path.exists() {
+            report.rebuilt_indexes = Some("index files missing".into());
+            return Ok(None);
+        }
+        let offset_index =
+            match OffsetIndex::load(index_path, config.segment_index_bytes, file_size)? {
+                Ok(index) => index,
+                Err(reason) => {
+                    report.rebuilt_indexes = Some(format!("offset index: {reason}"));
+                    return Ok(None);
+                }
+            };
+        // Walk from the last offset index entry to the end: the tail that no entry covers.
+        let tail_start = offset_index
+            .entries()
+            .last()
+            .map_or(0, |e| u64::from(e.position));
+        let mut walk = Walk {
+            next_offset: base_offset,
+            max_timestamp: None,
+            bytes_after_tail_start: 0,
+        };
+        let mut ok = true;
+        let mut position = tail_start;
+        let mut first_header = None;
+        while position < file_size {
+            match read_valid_prefix(file, position, file_size)? {
+                Some(header)
+                    if header.base_offset >= walk.next_offset || position == tail_start =>
+                {
+                    if position == tail_start && tail_start > 0 {
+                        // The entry says which batch starts here; it must agree.
+                        let entry = offset_index.entries().last().expect("tail_start > 0");
+                        if header.last_offset() != base_offset + i64::from(entry.relative_offset) {
+                            ok = false;
+                            break;
+                        }
+                    }
+                    if first_header.is_none() {
+                        first_header = Some(header);
+                    }
+                    walk.next_offset = header.next_offset();
+                    walk.observe_timestamp(&header);
+                    walk.bytes_after_tail_start += header.size() as u64;
+                    position += header.size() as u64;
+                }
+                _ => {
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if !ok {
+            report.rebuilt_indexes = Some("log tail does not match the offset index".into());
+            return Ok(None);
+        }
+        let next_relative = (walk.next_offset - base_offset).max(0) as u64;
+        let time_index =
+            match TimeIndex::load(time_path, config.segment_index_bytes, next_relative)? {
+                Ok(index) => index,
+                Err(reason) => {
+                    report.rebuilt_indexes = Some(format!("time index: {reason}"));
+                    return Ok(None);
+                }
+            };
+        let mut max_timestamp = time_index
+            .last()
+            .map(|e| (e.timestamp, base_offset + i64::from(e.relative_offset)));
+        if let Some((ts, offset)) = walk.max_timestamp {
+            if max_timestamp.is_none_or(|(m, _)| ts > m) {
+                max_timestamp = Some((ts, offset));
+            }
+        }
+        let first_batch_timestamp = if file_size == 0 {
+            None
+        } else if tail_start == 0 {
+            first_header.map(|h| h.max_timestamp)
+        } else {
+            read_valid_prefix(file, 0, file_size)?.map(|h| h.max_timestamp)
+        };
+        Ok(Some(Segment {
+            base_offset,
+            log_path: log_path.to_path_buf(),
+            file: Arc::new(
+                file.try_clone()
+                    .map_err(|e| LogError::io("open segment", log_path, e))?,
+            ),
+            size: file_size,
+            next_offset: walk.next_offset,
+            max_timestamp,
+            first_batch_timestamp,
+            offset_index,
+            time_index,
+            bytes_since_last_index_entry: walk.bytes_after_tail_start,
+            index_interval_bytes: config.index_interval_bytes,
+        }))
+    }
+
+    /// Scans the whole file, validating each batch and re-creating index entries. Returns the size of the valid
+    /// prefix; state (`size`, `next_offset`, timestamps, indexes) describes exactly that prefix.
+    fn rebuild_from_log(&mut self, file_size: u64) -> crate::Result<u64> {
+        let file = Arc::clone(&self.file);
+        let mut reader = BufReader::with_capacity(1 << 20, &*file);
+        let mut position = 0u64;
+        let mut buf = Vec::new();
+        loop {
+            let remaining = file_size - position;
+            if remaining < HEADER_SIZE as u64 {
+                break;
+            }
+            let mut head = [0u8; HEADER_SIZE];
+            if reader.read_exact(&mut head).is_err() {
+                break;
+            }
+            let Some(header) = BatchHeader::parse(&head) else {
+                break;
+            };
+            if !self.plausible(&header, remaining) {
+                break;
+            }
+            buf.clear();
+            buf.extend_from_slice(&head);
+            buf.resize(header.size(), 0);
+            if reader.read_exact(&mut buf[HEADER_SIZE..]).is_err() {
+                break;
+            }
+            if batch::compute_crc(&buf) != header.crc {
+                break;
+            }
+            self.index_batch(&header, position)?;
+            position += header.size() as u64;
+            self.size = position;
+        }
+        Ok(position)
+    }
+
+    /// Whether a header read from disk can start the next batch of this segment.
+    fn plausible(&self, header: &BatchHeader, remaining: u64) -> bool {
+        header.magic == MAGIC_V2
+            && header.length >= (HEADER_SIZE - LOG_OVERHEAD) as i32
+            && header.size() as u64 <= remaining
+            && header.last_offset_delta >= 0
+            && header.base_offset >= self.next_offset
+            && header.last_offset() - self.base_offset <= i64::from(u32::MAX >> 1)
+    }
+
+    /// Records a batch written at `position`: offsets, timestamps and (every `index.interval.bytes`) index entries.
+    fn index_batch(&mut self, header: &BatchHeader, position: u64) -> crate::Result<()> {
+        debug_assert!(header.base_offset >= self.next_offset);
+        if self.first_batch_timestamp.is_none() {
+            self.first_batch_timestamp = Some(header.max_timestamp);
+        }
+        if self
+            .max_timestamp
+            .is_none_or(|(ts, _)| header.max_timestamp > ts)
+        {
+            self.max_timestamp = Some((header.max_timestamp, header.last_offset()));
+        }
+        if self.bytes_since_last_index_entry > u64::from(self.index_interval_bytes) {
+            let relative = self.relative(header.last_offset());
+            self.offset_index.append(OffsetEntry {
+                relative_offset: relative,
+                position: position as u32,
+            })?;
+            if let Some((ts, offset)) = self.max_timestamp {
+                self.time_index.maybe_append(TimeEntry {
+                    timestamp: ts,
+                    relative_offset: self.relative(offset),
+                })?;
+            }
+            self.bytes_since_last_index_entry = 0;
+        }
+        self.bytes_since_last_index_entry += header.size() as u64;
+        self.next_offset = header.next_offset();
+        Ok(())
+    }
+
+    fn relative(&self, offset: i64) -> u32 {
+        let relative = offset - self.base_offset;
+        debug_assert!((0..=i64::from(u32::MAX)).contains(&relative));
+        relative as u32
+    }
+
+    pub fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+
+    pub fn max_timestamp(&self) -> Option<(i64, i64)> {
+        self.max_timestamp
+    }
+
+    pub fn first_batch_timestamp(&self) -> Option<i64> {
+        self.first_batch_timestamp
+    }
+
+    pub fn indexes_full(&self) -> bool {
+        self.offset_index.is_full() || self.time_index.is_full()
+    }
+
+    /// Whether `last_offset` can still be expressed relative to this segment's base offset.
+    pub fn can_hold_offset(&self, last_offset: i64) -> bool {
+        last_offset - self.base_offset <= i64::from(i32::MAX)
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    /// Appends batches that already carry their final offsets. On failure the file is cut back to its previous
+    /// size, so the segment stays exactly as it was.
+    pub fn append(&mut self, bytes: &[u8], headers: &[BatchHeader]) -> crate::Result<()> {
+        let start = self.size;
+        if let Err(e) = self.file.write_all_at(bytes, start) {
+            let _ = self.file.set_len(start);
+            return Err(LogError::io("append to segment", &self.log_path, e));
+        }
+        let mut position = start;
+        for header in headers {
+            self.index_batch(header, position)?;
+            position += header.size() as u64;
+        }
+        debug_assert_eq!(position, start + bytes.len() as u64);
+        self.size = position;
+        Ok(())
+    }
+
+    /// Reads the prefix of the batch header at `position` (offsets and length).
+    fn header_at(&self, position: u64) -> crate::Result<BatchHeader> {
+        let mut head = [0u8; HEADER_SIZE];
+        let want = HEADER_SIZE.min((self.size - position) as usize);
+        self.file
+            .read_exact_at(&mut head[..want], position)
+            .map_err(|e| LogError::io("read segment", &self.log_path, e))?;
+        let header = BatchHeader::parse(&head)
+            .filter(|h| want >= HEADER_PREFIX && h.size() as u64 <= self.size - position);
+        header.ok_or_else(|| LogError::Unrecoverable {
+            path: self.log_path.clone(),
+            reason: format!(
+                "no valid batch header at byte {position}; the segment changed under the engine"
+            ),
+        })
+    }
+
+    /// The first batch whose last offset is >= `offset`: its position and header.
+    pub fn find_batch(&self, offset: i64) -> crate::Result<Option<(u64, BatchHeader)>> {
+        if offset >= self.next_offset {
+            return Ok(None);
+        }
+        let relative = (offset - self.base_offset).clamp(0, i64::from(u32::MAX)) as u32;
+        let mut position = u64::from(self.offset_index.lookup(relative));
+        while position < self.size {
+            let header = self.header_at(position)?;
+            if header.last_offset() >= offset {
+                return Ok(Some((position, header)));
+            }
+            position += header.size() as u64;
+        }
+        Ok(None)
+    }
+
+    /// Whole batches from the one containing `offset`, up to `max_bytes` (at least one batch) and stopping before
+    /// any batch whose base offset is at or past `upper_bound`.
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        upper_bound: i64,
+    ) -> crate::Result<Option<FileSlice>> {
+        let Some((start, first)) = self.find_batch(offset)? else {
+            return Ok(None);
+        };
+        if first.base_offset >= upper_bound {
+            return Ok(None);
+        }
+        let mut end = start + first.size() as u64;
+        while end < self.size {
+            let header = self.header_at(end)?;
+            if header.base_offset >= upper_bound
+                || (end - start) as usize + header.size() > max_bytes
+            {
+                break;
+            }
+            end += header.size() as u64;
+        }
+        Ok(Some(FileSlice {
+            file: Arc::clone(&self.file),
+            position: start,
+            len: (end - start) as usize,
+        }))
+    }
+
+    /// The first record offset whose timestamp is >= `timestamp`, with that timestamp. Records of compressed
+    /// batches are not decompressed: such a batch answers with its base offset and max timestamp.
+    pub fn find_offset_by_timestamp(
+        &self,
+        timestamp: i64,
+        from_offset: i64,
+    ) -> crate::Result<Option<(i64, i64)>> {
+        if self.max_timestamp.is_none_or(|(max, _)| max < timestamp) {
+            return Ok(None);
+        }
+        let start_relative = self.time_index.lookup(timestamp).unwrap_or(0);
+        let start_offset = (self.base_offset + i64::from(start_relative)).max(from_offset);
+        let mut cursor = self.find_batch(start_offset)?;
+        while let Some((position, header)) = cursor {
+            if header.max_timestamp >= timestamp {
+                let mut bytes = vec![0u8; header.size()];
+                self.file
+                    .read_exact_at(&mut bytes, position)
+                    .map_err(|e| LogError::io("read segment", &self.log_path, e))?;
+                if let Some(timestamps) = batch::record_timestamps(&bytes) {
+                    if !header.is_log_append_time() {
+                        for (delta, ts) in timestamps.into_iter().enumerate() {
+                            let offset = header.base_offset + delta as i64;
+                            if ts >= timestamp && offset >= from_offset {
+                                return Ok(Some((offset, ts)));
+                            }
+                        }
+                    }
+                }
+                let offset = header.base_offset.max(from_offset);
+                return Ok(Some((offset, header.max_timestamp)));
+            }
+            let next = position + header.size() as u64;
+            cursor = if next < self.size {
+                Some((next, self.header_at(next)?))
+            } else {
+                None
+            };
+        }
+        Ok(None)
+    }
+
+    /// Cuts the segment before the batch containing `offset`. Returns the bytes removed.
+    pub fn truncate_to(&mut self, offset: i64) -> crate::Result<u64> {
+        let Some((position, _)) = self.find_batch(offset)? else {
+            return Ok(0);
+        };
+        let removed = self.size - position;
+        self.file
+            .set_len(position)
+            .map_err(|e| LogError::io("truncate segment", &self.log_path, e))?;
+        self.offset_index.truncate_to_position(position as u32)?;
+        self.time_index
+            .truncate_to_offset(self.relative(offset.max(self.base_offset)))?;
+        // Recompute what the kept prefix says about offsets and timestamps.
+        self.size = 0;
+        self.next_offset = self.base_offset;
+        self.max_timestamp = None;
+        self.first_batch_timestamp = None;
+        self.bytes_since_last_index_entry = 0;
+        let mut walk_position = 0;
+        let entries = self.offset_index.entries().len();
+        let time_entries = self.time_index.entries().len();
+        while walk_position < position {
+            self.size = position; // header_at reads within size
+            let header = self.header_at(walk_position)?;
+            // Re-index without writing duplicate entries: only the bookkeeping is recomputed.
+            if self.first_batch_timestamp.is_none() {
+                self.first_batch_timestamp = Some(header.max_timestamp);
+            }
+            if self
+                .max_timestamp
+                .is_none_or(|(ts, _)| header.max_timestamp > ts)
+            {
+                self.max_timestamp = Some((header.max_timestamp, header.last_offset()));
+            }
+            self.next_offset = header.next_offset();
+            walk_position += header.size() as u64;
+        }
+        self.size = position;
+        debug_assert_eq!(entries, self.offset_index.entries().len());
+        debug_assert_eq!(time_entries, self.time_index.entries().len());
+        self.bytes_since_last_index_entry = position
+            - self
+                .offset_index
+                .entries()
+                .last()
+                .map_or(0, |e| u64::from(e.position));
+        Ok(removed)
+    }
+
+    /// Called when the segment stops being the active one: record its max timestamp in the time index, as Kafka
+    /// does, so the next open finds it without reading the log.
+    pub fn on_inactive(&mut self) -> crate::Result<()> {
+        if let Some((ts, offset)) = self.max_timestamp {
+            if !self.time_index.is_full() {
+                self.time_index.maybe_append(TimeEntry {
+                    timestamp: ts,
+                    relative_offset: self.relative(offset),
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// fsyncs the log file and its indexes.
+    pub fn sync(&self) -> crate::Result<()> {
+        self.file
+            .sync_data()
+            .map_err(|e| LogError::io("fsync segment", &self.log_path, e))?;
+        self.offset_index.sync()?;
+        self.time_index.sync()
+    }
+
+    /// A handle that can fsync the log file without holding the segment.
+    pub fn file_handle(&self) -> Arc<File> {
+        Arc::clone(&self.file)
+    }
+
+    /// Removes the segment's files.
+    pub fn delete(self) -> crate::Result<()> {
+        let dir = self
+            .log_path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        for suffix in ["log", "index", "timeindex"] {
+            let path = dir.join(file_name(self.base_offset, suffix));
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(LogError::io("delete segment file", &path, e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Calls `visit` with each batch header from `from_offset` on (used to rebuild producer state).
+    pub fn for_each_header(
+        &self,
+        from_offset: i64,
+        mut visit: impl FnMut(&BatchHeader),
+    ) -> crate::Result<()> {
+        let mut cursor = self.find_batch(from_offset)?;
+        while let Some((position, header)) = cursor {
+            visit(&header);
+            let next = position + header.size() as u64;
+            cursor = if next < self.size {
+                Some((next, self.header_at(next)?))
+            } else {
+                None
+            };
+        }
+        Ok(())
+    }
+}
+
+/// Bookkeeping while walking a segment's tail.
+struct Walk {
+    next_offset: i64,
+    max_timestamp: Option<(i64, i64)>,
+    bytes_after_tail_start: u64,
+}
+
+impl Walk {
+    fn observe_timestamp(&mut self, header: &BatchHeader) {
+        if self
+            .max_timestamp
+            .is_none_or(|(ts, _)| header.max_timestamp > ts)
+        {
+            self.max_timestamp = Some((header.max_timestamp, header.last_offset()));
+        }
+    }
+}
+
+/// Reads and fully validates (CRC included) the batch at `position`; `None` if it is not a valid batch.
+fn read_valid_prefix(
+    file: &File,
+    position: u64,
+    file_size: u64,
+) -> crate::Result<Option<BatchHeader>> {
+    let remaining = file_size - position;
+    if remaining < HEADER_SIZE as u64 {
+        return Ok(None);
+    }
+    let mut head = [0u8; HEADER_SIZE];
+    if file.read_exact_at(&mut head, position).is_err() {
+        return Ok(None);
+    }
+    let Some(header) = BatchHeader::parse(&head) else {
+        return Ok(None);
+    };
+    if header.magic != MAGIC_V2
+        || header.length < (HEADER_SIZE - LOG_OVERHEAD) as i32
+        || header.size() as u64 > remaining
+        || header.last_offset_delta < 0
+    {
+        return Ok(None);
+    }
+    let mut bytes = vec![0u8; header.size()];
+    if file.read_exact_at(&mut bytes, position).is_err() || batch::compute_crc(&bytes) != header.crc
+    {
+        return Ok(None);
+    }
+    Ok(Some(header))
+}

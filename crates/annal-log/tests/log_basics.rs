@@ -1,0 +1,320 @@
+//! Behaviour of the log through its public API: append, read, indexes, rolling, recovery, retention.
+
+use annal_log::batch::{self, build_batch, build_uncompressed_batch, ProducerFields};
+use annal_log::{AppendOptions, Log, LogConfig, LogError, TimestampType};
+
+fn opts(now_ms: i64) -> AppendOptions {
+    AppendOptions {
+        now_ms,
+        ..AppendOptions::default()
+    }
+}
+
+fn batch_of(n: usize, value_len: usize, ts: i64) -> Vec<u8> {
+    let value = vec![b'x'; value_len];
+    let records: Vec<(Option<&[u8]>, Option<&[u8]>)> =
+        (0..n).map(|_| (None, Some(value.as_slice()))).collect();
+    build_uncompressed_batch(&records, ts)
+}
+
+fn small_segments() -> LogConfig {
+    LogConfig {
+        segment_bytes: 4096,
+        index_interval_bytes: 256,
+        ..LogConfig::default()
+    }
+}
+
+#[test]
+fn offsets_are_assigned_in_order_and_reads_return_containing_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_segments()).unwrap();
+    for i in 0..50 {
+        let info = log
+            .append(&mut batch_of(3, 100, 1000 + i), &opts(2000))
+            .unwrap();
+        assert_eq!(info.first_offset, i * 3);
+        assert_eq!(info.last_offset, i * 3 + 2);
+    }
+    assert_eq!(log.log_end_offset(), 150);
+    assert!(log.segments().len() > 1, "4 KiB segments must have rolled");
+    for offset in [0, 1, 2, 3, 4, 77, 149] {
+        let read = log.read(offset, 1, None).unwrap();
+        let bytes = read.slice.unwrap().read_to_vec().unwrap();
+        let header = batch::BatchHeader::parse(&bytes).unwrap();
+        assert_eq!(
+            header.base_offset,
+            offset / 3 * 3,
+            "read at {offset} must start with its containing batch"
+        );
+        assert_eq!(
+            bytes.len(),
+            header.size(),
+            "max_bytes=1 still returns exactly one whole batch"
+        );
+    }
+    assert!(log.read(150, 1 << 20, None).unwrap().slice.is_none());
+    assert!(matches!(
+        log.read(151, 1 << 20, None),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    // upper bound: nothing at or past it
+    let read = log.read(0, 1 << 20, Some(6)).unwrap();
+    let bytes = read.slice.unwrap().read_to_vec().unwrap();
+    let validated = batch::validate_batches(&bytes, u32::MAX).unwrap();
+    assert!(validated.iter().all(|v| v.header.base_offset < 6));
+}
+
+#[test]
+fn invalid_batches_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(
+        dir.path(),
+        LogConfig {
+            max_message_bytes: 500,
+            ..LogConfig::default()
+        },
+    )
+    .unwrap();
+    log.append(&mut batch_of(1, 10, 1), &opts(1)).unwrap();
+    let mut good_then_bad = batch_of(1, 10, 1);
+    let mut bad = batch_of(1, 10, 1);
+    let n = bad.len();
+    bad[n - 3] ^= 0xff;
+    good_then_bad.extend_from_slice(&bad);
+    assert!(matches!(
+        log.append(&mut good_then_bad, &opts(1)),
+        Err(LogError::CorruptRecord { .. })
+    ));
+    assert!(matches!(
+        log.append(&mut batch_of(1, 1000, 1), &opts(1)),
+        Err(LogError::MessageTooLarge { .. })
+    ));
+    assert_eq!(log.log_end_offset(), 1);
+}
+
+#[test]
+fn timestamp_lookup_finds_first_record_at_or_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_segments()).unwrap();
+    for i in 0..40i64 {
+        let values = [(None, Some(b"a".as_slice())), (None, Some(b"b".as_slice()))];
+        let mut b = build_batch(&values, &[i * 10, i * 10 + 5], ProducerFields::default());
+        log.append(&mut b, &opts(0)).unwrap();
+    }
+    assert_eq!(log.offset_for_timestamp(0).unwrap(), Some((0, 0)));
+    assert_eq!(log.offset_for_timestamp(101).unwrap(), Some((21, 105)));
+    assert_eq!(log.offset_for_timestamp(105).unwrap(), Some((21, 105)));
+    assert_eq!(log.offset_for_timestamp(106).unwrap(), Some((22, 110)));
+    assert_eq!(log.offset_for_timestamp(396).unwrap(), None);
+    assert_eq!(log.max_timestamp(), Some((395, 79)));
+}
+
+#[test]
+fn clean_and_unclean_reopen_keep_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_segments()).unwrap();
+    for i in 0..30 {
+        log.append(&mut batch_of(2, 50, i), &opts(0)).unwrap();
+    }
+    log.close().unwrap();
+    let mut log = Log::open(dir.path(), small_segments()).unwrap();
+    assert_eq!(log.log_end_offset(), 60);
+    log.append(&mut batch_of(2, 50, 99), &opts(0)).unwrap();
+    drop(log); // no close: unclean
+    let log = Log::open(dir.path(), small_segments()).unwrap();
+    assert_eq!(log.log_end_offset(), 62);
+    assert_eq!(log.read(61, 1, None).unwrap().slice.is_some(), true);
+}
+
+#[test]
+fn torn_tail_and_garbage_are_cut_and_lost_indexes_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(
+        dir.path(),
+        LogConfig {
+            index_interval_bytes: 128,
+            ..LogConfig::default()
+        },
+    )
+    .unwrap();
+    for i in 0..20 {
+        log.append(&mut batch_of(1, 60, i), &opts(0)).unwrap();
+    }
+    drop(log);
+    let seg = dir.path().join(format!("{:020}.log", 0));
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let good_len = bytes.len();
+    bytes.extend_from_slice(&batch_of(1, 60, 5)[..40]); // torn batch
+    bytes.extend_from_slice(b"garbage garbage garbage garbage garbage garbage garbage garbage");
+    std::fs::write(&seg, &bytes).unwrap();
+    std::fs::remove_file(dir.path().join(format!("{:020}.index", 0))).unwrap();
+    std::fs::write(
+        dir.path().join(format!("{:020}.timeindex", 0)),
+        b"nonsense, not 12-byte aligned",
+    )
+    .unwrap();
+    let mut log = Log::open(
+        dir.path(),
+        LogConfig {
+            index_interval_bytes: 128,
+            ..LogConfig::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(log.log_end_offset(), 20);
+    assert_eq!(std::fs::metadata(&seg).unwrap().len() as usize, good_len);
+    assert!(
+        std::fs::metadata(dir.path().join(format!("{:020}.index", 0)))
+            .unwrap()
+            .len()
+            > 0
+    );
+    let info = log.append(&mut batch_of(1, 60, 5), &opts(0)).unwrap();
+    assert_eq!(info.first_offset, 20);
+}
+
+#[test]
+fn retention_by_size_and_time_and_delete_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_segments()).unwrap();
+    for i in 0..100 {
+        log.append(&mut batch_of(1, 200, 1_000 + i), &opts(0))
+            .unwrap();
+    }
+    let segments_before = log.segments().len();
+    log.set_config(LogConfig {
+        retention_bytes: 10_000,
+        ..small_segments()
+    });
+    let deleted = log.apply_retention(2_000).unwrap();
+    assert!(deleted > 0 && log.segments().len() < segments_before);
+    assert!(log.size_bytes() <= 10_000 + 4096);
+    assert_eq!(log.log_start_offset(), log.segments()[0].base_offset);
+    assert!(matches!(
+        log.read(0, 100, None),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+
+    let start = log.delete_records_before(90).unwrap();
+    assert_eq!(start, 90);
+    assert!(log.read(90, 1, None).unwrap().slice.is_some());
+    log.close().unwrap();
+    let mut log = Log::open(dir.path(), small_segments()).unwrap();
+    assert_eq!(
+        log.log_start_offset(),
+        90,
+        "log start offset survives a restart"
+    );
+
+    log.set_config(LogConfig {
+        retention_ms: 1_000,
+        ..small_segments()
+    });
+    log.apply_retention(1_000_000).unwrap();
+    assert_eq!(log.log_start_offset(), 100);
+    assert_eq!(log.log_end_offset(), 100);
+    assert_eq!(
+        log.append(&mut batch_of(1, 10, 5), &opts(0))
+            .unwrap()
+            .first_offset,
+        100
+    );
+}
+
+#[test]
+fn truncate_removes_from_the_containing_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_segments()).unwrap();
+    for i in 0..60 {
+        log.append(&mut batch_of(2, 100, i), &opts(0)).unwrap();
+    }
+    log.truncate_to(51).unwrap();
+    assert_eq!(log.log_end_offset(), 50);
+    assert_eq!(
+        log.append(&mut batch_of(2, 100, 0), &opts(0))
+            .unwrap()
+            .first_offset,
+        50
+    );
+    log.truncate_to(0).unwrap();
+    assert_eq!(log.log_end_offset(), 0);
+    drop(log);
+    assert_eq!(
+        Log::open(dir.path(), small_segments())
+            .unwrap()
+            .log_end_offset(),
+        0
+    );
+}
+
+#[test]
+fn log_append_time_is_stamped() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), LogConfig::default()).unwrap();
+    let o = AppendOptions {
+        timestamp_type: TimestampType::LogAppendTime,
+        now_ms: 777,
+        ..AppendOptions::default()
+    };
+    let info = log.append(&mut batch_of(2, 10, 1), &o).unwrap();
+    assert_eq!(info.log_append_time_ms, Some(777));
+    let bytes = log
+        .read(0, 1 << 20, None)
+        .unwrap()
+        .slice
+        .unwrap()
+        .read_to_vec()
+        .unwrap();
+    let header = batch::validate_batches(&bytes, u32::MAX).unwrap()[0].header;
+    assert!(header.is_log_append_time());
+    assert_eq!(header.max_timestamp, 777);
+}
+
+#[test]
+fn idempotent_retry_returns_original_offsets_even_after_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_segments()).unwrap();
+    let producer = |seq| ProducerFields {
+        producer_id: 42,
+        producer_epoch: 0,
+        base_sequence: seq,
+        transactional: false,
+    };
+    let values = [(None, Some(b"v".as_slice())), (None, Some(b"w".as_slice()))];
+    log.append(&mut build_uncompressed_batch(&values, 0), &opts(0))
+        .unwrap(); // offsets 0-1, no producer
+    let first = log
+        .append(&mut build_batch(&values, &[5, 5], producer(0)), &opts(0))
+        .unwrap();
+    assert_eq!((first.first_offset, first.duplicate), (2, false));
+    let retry = log
+        .append(&mut build_batch(&values, &[5, 5], producer(0)), &opts(0))
+        .unwrap();
+    assert_eq!(
+        (retry.first_offset, retry.last_offset, retry.duplicate),
+        (2, 3, true)
+    );
+    assert_eq!(log.log_end_offset(), 4);
+    drop(log); // crash: state rebuilt from the log
+    let mut log = Log::open(dir.path(), small_segments()).unwrap();
+    let retry = log
+        .append(&mut build_batch(&values, &[5, 5], producer(0)), &opts(0))
+        .unwrap();
+    assert!(retry.duplicate);
+    assert!(matches!(
+        log.append(&mut build_batch(&values, &[5, 5], producer(7)), &opts(0)),
+        Err(LogError::OutOfOrderSequence { expected: 2, .. })
+    ));
+    let next = log
+        .append(&mut build_batch(&values, &[5, 5], producer(2)), &opts(0))
+        .unwrap();
+    assert_eq!(next.first_offset, 4);
+    log.close().unwrap();
+    let mut log = Log::open(dir.path(), small_segments()).unwrap();
+    assert!(
+        log.append(&mut build_batch(&values, &[5, 5], producer(2)), &opts(0))
+            .unwrap()
+            .duplicate
+    );
+}
