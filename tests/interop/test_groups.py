@@ -123,12 +123,16 @@ def partitions_cover(members, n):
 
 
 def commit(consumer, offsets, timeout=TIMEOUT_S):
-    """Synchronous commit, retried while the error is retriable: a fresh broker answers NOT_COORDINATOR /
+    return retry_coordinator(lambda: consumer.commit(offsets=offsets, asynchronous=False), timeout)
+
+
+def retry_coordinator(call, timeout=TIMEOUT_S):
+    """Retries while the error is transient: a (re)started broker answers NOT_COORDINATOR /
     COORDINATOR_LOAD_IN_PROGRESS until the group coordinator has loaded, and applications retry those."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return consumer.commit(offsets=offsets, asynchronous=False)
+            return call()
         except ck.KafkaException as e:
             err = e.args[0]
             transient = err.retriable() or err.code() in (
@@ -280,7 +284,8 @@ def test_commits_survive_broker_restart(own_broker, kill):
     wait_for_leaders(b, "commits", 3)
     consumer = ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
-        got = consumer.committed([ck.TopicPartition("commits", p) for p in range(3)], timeout=TIMEOUT_S)
+        got = retry_coordinator(
+            lambda: consumer.committed([ck.TopicPartition("commits", p) for p in range(3)], timeout=TIMEOUT_S))
     finally:
         consumer.close()
     assert [(tp.partition, tp.offset, tp.metadata) for tp in got] == [(p, 3 + p, f"m{p}") for p in range(3)]
