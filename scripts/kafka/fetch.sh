@@ -19,7 +19,7 @@ cached_ok() {
 if ! cached_ok; then
   echo "fetch.sh: resolving Apache Kafka jars with Maven (first run downloads ~100 MB)" >&2
   # -B: no colour codes or progress in logs.
-  mvn -B -q -f "$here/pom.xml" dependency:build-classpath -Dmdep.outputFile="$cp_file.tmp" >&2
+  mvn -B -q -Dstyle.color=never -f "$here/pom.xml" dependency:build-classpath -Dmdep.outputFile="$cp_file.tmp" >&2
   mv "$cp_file.tmp" "$cp_file"
 fi
 echo "$cp_file"

@@ -22,6 +22,15 @@ REPO = Path(__file__).resolve().parents[2]
 KAFKA_SCRIPTS = REPO / "scripts" / "kafka"
 
 START_TIMEOUT_S = float(os.environ.get("INTEROP_START_TIMEOUT", "60"))
+# INTEROP_KEEP=1 keeps each broker's work directory (data and log) for a look after the run.
+KEEP_WORKDIRS = os.environ.get("INTEROP_KEEP") == "1"
+
+
+def remove_workdir(path):
+    if KEEP_WORKDIRS:
+        print(f"interop: kept broker work directory {path}")
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def free_port(consecutive=1):
@@ -94,6 +103,10 @@ class Broker:
 
     def pid(self):
         return None
+
+    def alive(self):
+        """False when a process this fixture started has died (e.g. crashed on bad input)."""
+        return True
 
     def data_root(self):
         """Directory under which partition directories (<topic>-<partition>) live."""
@@ -175,6 +188,9 @@ class AnnalBroker(Broker):
     def pid(self):
         return self.proc.pid if self.proc and self.proc.poll() is None else None
 
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
     def data_root(self):
         return self.data_dir
 
@@ -188,7 +204,7 @@ class AnnalBroker(Broker):
         try:
             self.stop()
         finally:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+            remove_workdir(self.workdir)
 
 
 class KafkaProcessBroker(Broker):
@@ -221,6 +237,16 @@ class KafkaProcessBroker(Broker):
         except (OSError, ValueError):
             return None
 
+    def alive(self):
+        pid = self.pid()
+        if not self._running or pid is None:
+            return False
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
+        return True
+
     def data_root(self):
         return self.workdir / "data"
 
@@ -234,7 +260,7 @@ class KafkaProcessBroker(Broker):
         try:
             self.stop()
         finally:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+            remove_workdir(self.workdir)
 
 
 def new_broker():

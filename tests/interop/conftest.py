@@ -46,3 +46,13 @@ def topic_name(request):
     """A topic name unique to this test run (tests share one broker)."""
     base = re.sub(r"[^a-zA-Z0-9._-]+", "-", request.node.name)[:120]
     return f"it-{base}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(autouse=True)
+def _broker_survived(request):
+    """Attributes a crash of the shared broker to the test during which it happened. (A test's own broker is checked
+    when it is stopped: an exit code other than 0 after SIGTERM fails the test.)"""
+    yield
+    if "broker" in request.fixturenames:
+        b = request.getfixturevalue("broker")
+        assert b.alive(), f"the broker process died during this test; its log ends with:\n{b.log_tail()}"

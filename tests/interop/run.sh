@@ -50,18 +50,21 @@ python_rc=0
 java_rc=0
 start=$SECONDS
 
-if [ "${INTEROP_ONLY:-python}" = "python" ] || [ -z "${INTEROP_ONLY:-}" ]; then
+only="${INTEROP_ONLY:-}"
+case "$only" in ""|python|java) ;; *) die "INTEROP_ONLY must be python or java, not '$only'" ;; esac
+
+if [ "$only" != "java" ]; then
   echo "== interop: Python clients (confluent-kafka/librdkafka, kafka-python), raw protocol, DumpLogSegments, kcat"
   (cd "$here" && "$venv/bin/python" -m pytest -q --durations=15 --junitxml="$reports/pytest.xml" "$@")
   python_rc=$?
 fi
 
-if [ "${INTEROP_ONLY:-java}" = "java" ] || [ -z "${INTEROP_ONLY:-}" ]; then
+if [ "$only" != "python" ]; then
   echo "== interop: Java kafka-clients"
   groups_arg=()
   if [ "${INTEROP_GROUPS:-}" = "1" ]; then groups_arg=(-Dinterop.excludedGroups=none); fi
-  (cd "$here/java" && mvn -B -q -ntp test -Dinterop.repo="$repo" "${groups_arg[@]}" \
-     -Dsurefire.reportsDirectory="$reports/surefire")
+  (cd "$here/java" && mvn -B -q -ntp -Dstyle.color=never test -Dinterop.repo="$repo" "${groups_arg[@]}" \
+     -Dinterop.reportsDirectory="$reports/surefire")
   java_rc=$?
 fi
 

@@ -65,8 +65,10 @@ def test_librdkafka_create_describe_alter_delete(broker, topic_name):
         ConfigEntry("segment.bytes", "10485760", incremental_operation=AlterConfigOpType.SET),
         ConfigEntry("cleanup.policy", None, incremental_operation=AlterConfigOpType.DELETE)])
     ck_result(admin.incremental_alter_configs([res]))
+    # Kafka applies config changes asynchronously (through its metadata log): wait for them to show.
+    wait_until(lambda: ck_topic_configs(admin, topic_name)["retention.ms"].value == "7200000",
+               "retention.ms altered to 7200000")
     configs = ck_topic_configs(admin, topic_name)
-    assert configs["retention.ms"].value == "7200000"
     assert configs["segment.bytes"].value == "10485760"
     assert configs["segment.bytes"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
     assert configs["cleanup.policy"].source != ConfigSource.DYNAMIC_TOPIC_CONFIG.value
@@ -157,6 +159,7 @@ def test_kafka_python_admin_create_describe_alter_delete(broker, topic_name):
 
         assert configs()["retention.bytes"]["value"] == "1048576"
         admin.alter_configs([kadmin.ConfigResource("TOPIC", topic_name, configs={"retention.ms": "60000"})])
+        wait_until(lambda: configs()["retention.ms"]["value"] == "60000", "retention.ms altered to 60000")
         c = configs()
         assert c["retention.ms"]["value"] == "60000"
         assert c["retention.bytes"]["value"] == "1048576"  # incremental: untouched

@@ -7,16 +7,18 @@ the batch's file position; a time-index entry maps the largest timestamp so far 
 it; time-index timestamps strictly increase; on clean shutdown index files are trimmed to their entries.
 """
 
+import os
 import re
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from brokers import KAFKA_SCRIPTS
+from brokers import KAFKA_SCRIPTS, REPO
 from clients import ck_produce_all, ck_producer, create_topic
 
-pytestmark = [pytest.mark.ondisk, pytest.mark.restart]
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 BATCH_RE = re.compile(r"^baseOffset: (\d+) lastOffset: (\d+) count: (\d+) .*?position: (\d+) "
@@ -120,11 +122,20 @@ def check_segments(classpath, part_dir, expected, expect_codecs):
     for off, _ in offset_entries:
         assert off in last_offsets, f"offset index entry {off} is not a batch's last offset"
     assert len(time_entries) >= 1
+    ts_of = {n: ts for n, ts, _, _, _ in expected}
+    batch_max_ts = {last: max(ts_of[o] for o in range(base, last + 1)) for base, last, _, _ in batches}
     for ts, off in time_entries:
-        assert off in last_offsets and ts == TS0 + off, f"time index entry ({ts}, {off})"
+        assert off in last_offsets and ts == batch_max_ts[off], f"time index entry ({ts}, {off})"
+
+    # Producer-state snapshots, if any, must be in Kafka's format too (the tool decodes them).
+    snapshots = sorted(part_dir.glob("*.snapshot"))
+    if snapshots:
+        dump(classpath, snapshots)
     return logs
 
 
+@pytest.mark.ondisk
+@pytest.mark.restart
 @pytest.mark.parametrize("history", ["clean", "after-kill9-recovery"])
 def test_kafka_dump_log_segments_reads_our_segments(own_broker, history):
     b = own_broker
@@ -143,3 +154,35 @@ def test_kafka_dump_log_segments_reads_our_segments(own_broker, history):
     logs = check_segments(classpath, b.partition_dir("dump-plain", 0), plain, ["none"])
     assert len(logs) >= 2, f"expected the 1 MiB segment.bytes to roll the log: {logs}"
     check_segments(classpath, b.partition_dir("dump-codecs", 0), mixed, CODECS)
+
+
+def sample_writer():
+    """annal-log's example that writes a partition directory without any broker (crates/annal-log/examples/
+    write_sample.rs). test.sh's `cargo test --release` builds it next to the annal binary; else build it here."""
+    candidates = [REPO / "target" / "release" / "examples" / "write_sample"]
+    if os.environ.get("ANNAL_BIN"):
+        candidates.insert(0, Path(os.environ["ANNAL_BIN"]).parent / "examples" / "write_sample")
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return c
+    if not (REPO / "crates" / "annal-log" / "examples" / "write_sample.rs").exists():
+        pytest.skip("crates/annal-log/examples/write_sample.rs is not in this tree")
+    if shutil.which("cargo") is None:
+        pytest.skip("cargo not found, cannot build the annal-log write_sample example")
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "annal-log", "--example", "write_sample"],
+                   cwd=REPO, check=True, timeout=1200)
+    return candidates[-1]
+
+
+def test_kafka_dump_log_segments_reads_annal_log_files_directly():
+    """The storage engine alone (no broker): its segment and indexes, written by the write_sample example, decode
+    with Kafka's tool. Example data: batch i holds records j=0..4, key "key-{i}", value "value-{i}-{j}",
+    CreateTime 1700000000000 + 10*i + j."""
+    writer = sample_writer()
+    classpath = kafka_classpath()
+    with tempfile.TemporaryDirectory(prefix="annal-dump-") as tmp:
+        part = Path(tmp) / "sample-0"
+        subprocess.run([str(writer), str(part), "400"], check=True, timeout=120)
+        expected = [(5 * i + j, 1_700_000_000_000 + 10 * i + j, f"key-{i}", f"value-{i}-{j}", "none")
+                    for i in range(400) for j in range(5)]
+        check_segments(classpath, part, expected, ["none"])

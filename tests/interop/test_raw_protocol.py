@@ -59,6 +59,7 @@ def broker_rss(broker):
 def stays_lean(broker):
     """After the test: the broker still serves, and (for Annal) its RSS is below the limit."""
     yield
+    assert broker.alive(), f"the broker process died:\n{broker.log_tail()}"
     assert_still_serving(broker)
     if broker.kind == "annal":
         rss = broker_rss(broker)

@@ -35,7 +35,9 @@
 //!
 //! **Truncation**: after [`Log::truncate_to`], call [`GroupCommit::truncated`] with the new log end (still
 //! under the log's lock) so that waiters for removed offsets fail instead of being acknowledged by an fsync
-//! of different records later at the same offsets.
+//! of different records later at the same offsets. If truncations can race with appends (replication), register
+//! the wait with [`GroupCommit::durable`] *before* releasing the lock taken for the append, then await it (or
+//! call [`DurableWait::wait`]) after releasing it: a truncation can then never slip in between.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -328,6 +330,25 @@ fn flusher_loop<L: DurableLog>(shared: &Shared, log: &L) {
 pub struct DurableWait {
     shared: Arc<Shared>,
     id: u64,
+}
+
+impl DurableWait {
+    /// Blocks the calling thread until the offset is durable (for synchronous callers that registered under a
+    /// lock with [`GroupCommit::durable`]).
+    pub fn wait(self) -> Result<(), DurableError> {
+        let mut state = lock(&self.shared.state);
+        loop {
+            if let Some(outcome) = state.waiters.get(&self.id).and_then(|w| w.outcome.clone()) {
+                state.waiters.remove(&self.id);
+                return outcome;
+            }
+            state = self
+                .shared
+                .answered
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
 }
 
 impl Future for DurableWait {

@@ -18,6 +18,9 @@ use annal_log::batch::{self, build_batch, ProducerFields};
 use annal_log::{AppendOptions, Log, LogConfig};
 use rand::Rng;
 
+/// A (key, value) record for `build_batch`.
+type Record<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
 const LOG_DIR_ENV: &str = "ANNAL_CRASH_LOG_DIR";
 const FLUSHED_FILE_ENV: &str = "ANNAL_CRASH_FLUSHED_FILE";
 const LEADER_EPOCH: i32 = 3;
@@ -48,8 +51,7 @@ fn batch_at(base: i64) -> Vec<u8> {
             seed.bytes().cycle().take(len.max(seed.len())).collect()
         })
         .collect();
-    let records: Vec<(Option<&[u8]>, Option<&[u8]>)> =
-        values.iter().map(|v| (None, Some(v.as_slice()))).collect();
+    let records: Vec<Record> = values.iter().map(|v| (None, Some(v.as_slice()))).collect();
     let timestamps: Vec<i64> = (0..count as i64)
         .map(|i| BASE_TIMESTAMP + base + i)
         .collect();
@@ -105,7 +107,7 @@ fn crash_writer_child() {
         .create(true)
         .open(flushed_file)
         .expect("flushed-offsets file");
-    let mut record_flushed = |upto: i64| {
+    let record_flushed = |flushed: &mut std::fs::File, upto: i64| {
         writeln!(flushed, "{upto}").expect("record flushed offset");
         flushed.sync_data().expect("fsync flushed-offsets file");
     };
@@ -115,31 +117,56 @@ fn crash_writer_child() {
         match end % 13 {
             0 => {
                 log.flush().expect("flush");
-                record_flushed(end);
+                record_flushed(&mut flushed, end);
             }
             7 => {
                 // The group commit path: fsync outside the (here imaginary) lock, then mark.
                 let handle = log.sync_handle();
                 handle.sync().expect("fsync");
                 log.mark_flushed(handle.upto());
-                record_flushed(handle.upto());
+                record_flushed(&mut flushed, handle.upto());
             }
             _ => {}
         }
         if end % 50 == 0 {
             log.apply_retention(BASE_TIMESTAMP).expect("retention");
         }
+        if end % 61 == 0 {
+            // Replication-style truncation of the last few batches, announced first: flushed data below the
+            // new end stays guaranteed, above it is gone. A kill can land in the middle of it.
+            let target = (end - 1 - end % 9).max(log.log_start_offset());
+            let read = log.read(target, 1, None).expect("read before truncation");
+            if let Some(slice) = read.slice {
+                let bytes = slice.read_to_vec().expect("read before truncation");
+                let base = batch::BatchHeader::parse(&bytes)
+                    .expect("a batch")
+                    .base_offset;
+                writeln!(flushed, "T {base}").expect("record truncation");
+                flushed.sync_data().expect("fsync flushed-offsets file");
+                log.truncate_to(base).expect("truncate");
+            }
+        }
+        if end % 83 == 0 {
+            let start = (end - 20).max(log.log_start_offset());
+            log.delete_records_before(start).expect("delete records");
+        }
     }
 }
 
+/// The offset below which the log must hold everything: the highest flushed offset recorded, lowered by every
+/// truncation recorded after it. (A torn last line reads as a smaller number: conservative.)
 fn max_flushed(path: &Path) -> i64 {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        // A torn last line cannot be a recorded offset: the writer fsyncs after each whole line.
-        .filter_map(|l| l.parse::<i64>().ok())
-        .max()
-        .unwrap_or(0)
+    let mut guaranteed = 0;
+    for line in std::fs::read_to_string(path).unwrap_or_default().lines() {
+        if let Some(truncated) = line.strip_prefix("T ") {
+            if let Ok(base) = truncated.parse::<i64>() {
+                guaranteed = guaranteed.min(base);
+            }
+        } else if let Ok(upto) = line.parse::<i64>() {
+            guaranteed = guaranteed.max(upto);
+        }
+    }
+    guaranteed
 }
 
 /// Checks the recovered log batch by batch against what the writer wrote; returns the log end.
@@ -235,6 +262,7 @@ fn crash_recovery_keeps_a_prefix_with_everything_flushed() {
     let started = Instant::now();
     let mut progressed = 0;
     let mut last_end = 0;
+    let mut last_record_len = 0;
     let mut iterations = 0;
     while iterations < ITERATIONS && started.elapsed() < TIME_LIMIT {
         iterations += 1;
@@ -276,7 +304,10 @@ fn crash_recovery_keeps_a_prefix_with_everything_flushed() {
         let mut log = Log::open(&log_dir, config())
             .unwrap_or_else(|e| panic!("iteration {iterations}: recovery failed: {e}"));
         let end = verify(&log, flushed, iterations);
-        if end > last_end {
+        // The writer did something: the log changed, or it recorded a flush or truncation.
+        let record_len = std::fs::metadata(&flushed_file).map_or(0, |m| m.len());
+        if end != last_end || record_len != last_record_len {
+            last_record_len = record_len;
             progressed += 1;
         }
         // The recovered log takes appends, continuing the producer's sequence.

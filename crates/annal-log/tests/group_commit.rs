@@ -1,7 +1,7 @@
 //! Group commit: durable acknowledgements share fsyncs, and an fsync failure reaches every waiter.
 //!
-//! These run on the real disk (the default temporary directory), where an fsync costs milliseconds: that cost
-//! is what group commit amortises.
+//! These run on the disk holding the build, where an fsync costs milliseconds: that cost is what group commit
+//! amortises.
 
 use std::future::Future;
 use std::pin::pin;
@@ -19,6 +19,12 @@ fn batch(i: usize) -> Vec<u8> {
     // Current time: an old timestamp would make every append roll the segment (segment.ms), fsyncing it.
     let now = AppendOptions::default().now_ms;
     build_uncompressed_batch(&[(None, Some(value.as_slice()))], now)
+}
+
+/// A directory on the disk holding the build (not a tmpfs /tmp, where fsync costs nothing and nothing would
+/// need sharing).
+fn disk_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
 }
 
 fn small_segments() -> LogConfig {
@@ -64,7 +70,7 @@ fn observed(dir: &std::path::Path) -> Arc<Observed> {
 fn concurrent_durable_appends_share_fsyncs() {
     const THREADS: usize = 8;
     const APPENDS: usize = 40;
-    let dir = tempfile::tempdir().unwrap();
+    let dir = disk_dir();
     let log = observed(dir.path());
     let commit = Arc::new(GroupCommit::start(Arc::clone(&log)));
     let start = Barrier::new(THREADS);
@@ -101,7 +107,7 @@ fn concurrent_durable_appends_share_fsyncs() {
 #[test]
 fn an_fsync_error_reaches_every_waiter_and_every_later_one() {
     const THREADS: usize = 6;
-    let dir = tempfile::tempdir().unwrap();
+    let dir = disk_dir();
     let log = observed(dir.path());
     let commit = Arc::new(GroupCommit::start(Arc::clone(&log)));
     // One good round first.
@@ -184,7 +190,7 @@ fn block_on<F: Future>(future: F) -> F::Output {
 
 #[test]
 fn async_waiters_resolve_without_blocking_threads() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = disk_dir();
     let log = observed(dir.path());
     let commit = GroupCommit::start(Arc::clone(&log));
     let mut waits = Vec::new();
@@ -215,21 +221,24 @@ fn async_waiters_resolve_without_blocking_threads() {
 
 #[test]
 fn truncation_fails_waiters_for_removed_offsets() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = disk_dir();
     let log = observed(dir.path());
     let commit = GroupCommit::start(Arc::clone(&log));
     // Slow failing-free fsyncs are not needed: register, truncate under the log's lock, then check.
-    let pending = {
+    let (pending, kept) = {
         let mut l = log.log.lock();
         for i in 0..5 {
             l.append(&mut batch(i), &AppendOptions::default()).unwrap();
         }
-        // Holding the log's lock keeps the flusher from syncing until the truncation is reported.
+        // Registered under the lock of the appends; holding it keeps the flusher from syncing until the
+        // truncation is reported.
         let wait = commit.durable(4);
+        let kept = commit.durable(2);
         l.truncate_to(3).unwrap();
         commit.truncated(l.log_end_offset());
-        wait
+        (wait, kept)
     };
+    kept.wait().unwrap();
     assert!(matches!(
         block_on(pending),
         Err(DurableError::Truncated {
@@ -243,7 +252,7 @@ fn truncation_fails_waiters_for_removed_offsets() {
 
 #[test]
 fn waiting_for_an_offset_never_appended_is_an_error_not_a_hang() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = disk_dir();
     let log = observed(dir.path());
     let commit = GroupCommit::start(Arc::clone(&log));
     log.log

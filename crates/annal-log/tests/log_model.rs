@@ -10,8 +10,14 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use annal_log::batch::{self, build_batch, BatchHeader, ProducerFields};
-use annal_log::{AppendOptions, Log, LogConfig, LogError};
+use annal_log::{AppendOptions, Log, LogConfig, LogError, TimestampType};
 use proptest::prelude::*;
+
+/// (producer id, epoch, base sequence)
+type ProducerTriple = (i64, i16, i32);
+
+/// A (key, value) record for `build_batch`.
+type Record<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
 
 /// One batch of an append: how many records, how big, how old, and whether an idempotent producer sent it.
 #[derive(Debug, Clone)]
@@ -26,7 +32,15 @@ struct BatchGen {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Append(Vec<BatchGen>),
+    /// Batches of one request; `true`: the topic uses LogAppendTime.
+    Append(Vec<BatchGen>, bool),
+    /// A request whose batch `bad % len` is broken (a flipped CRC-covered byte, or a producer sequence gap):
+    /// it must fail and write nothing, not even the valid batches before the bad one.
+    AppendBad {
+        batches: Vec<BatchGen>,
+        bad: u8,
+        corrupt: bool,
+    },
     /// Re-sends a producer's last batch: must be recognised as a duplicate.
     Retry(u8),
     Read {
@@ -71,8 +85,11 @@ fn batch_gen() -> impl Strategy<Value = BatchGen> {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        12 => prop::collection::vec(batch_gen(), 1..4).prop_map(Op::Append),
+        12 => (prop::collection::vec(batch_gen(), 1..4), prop::bool::weighted(0.2))
+            .prop_map(|(batches, log_append_time)| Op::Append(batches, log_append_time)),
         2 => (1u8..=3).prop_map(Op::Retry),
+        2 => (prop::collection::vec(batch_gen(), 1..4), any::<u8>(), any::<bool>())
+            .prop_map(|(batches, bad, corrupt)| Op::AppendBad { batches, bad, corrupt }),
         5 => (any::<u32>(), any::<u16>(), prop::option::of(any::<u32>()))
             .prop_map(|(offset, max_bytes, upper)| Op::Read { offset, max_bytes, upper }),
         1 => any::<u32>().prop_map(Op::Truncate),
@@ -96,13 +113,21 @@ fn config() -> impl Strategy<Value = LogConfig> {
         0u32..700,
         prop_oneof![Just(10 << 20), 8u32..64],
         prop_oneof![Just(7 * 24 * 3600 * 1000i64), 50i64..500],
+        prop_oneof![3 => Just(u64::MAX), 1 => 1u64..20],
     )
         .prop_map(
-            |(segment_bytes, index_interval_bytes, segment_index_bytes, segment_ms)| LogConfig {
+            |(
                 segment_bytes,
                 index_interval_bytes,
                 segment_index_bytes,
                 segment_ms,
+                flush_messages,
+            )| LogConfig {
+                segment_bytes,
+                index_interval_bytes,
+                segment_index_bytes,
+                segment_ms,
+                flush_messages,
                 // Producers must not expire under the model's feet; expiry is not modelled.
                 producer_id_expiration_ms: i64::MAX,
                 ..LogConfig::default()
@@ -134,6 +159,8 @@ struct Model {
     now: i64,
     highest_epoch: HashMap<i64, i16>,
     value_counter: u64,
+    /// Records appended since the last complete flush (for `flush.messages`).
+    unflushed_records: u64,
 }
 
 const LEADER_EPOCH: i32 = 7;
@@ -148,6 +175,7 @@ impl Model {
             now: 1_700_000_000_000,
             highest_epoch: HashMap::new(),
             value_counter: 0,
+            unflushed_records: 0,
         }
     }
 
@@ -236,12 +264,12 @@ fn make_batch(
     m: &mut Model,
     g: &BatchGen,
     staged: &mut HashMap<i64, (i16, i32)>,
-) -> (Vec<u8>, Vec<i64>, Option<(i64, i16, i32)>) {
+) -> (Vec<u8>, Vec<i64>, Option<ProducerTriple>) {
     m.value_counter += 1;
     let fill = (m.value_counter % 251) as u8;
     let value = vec![fill; usize::from(g.value_len)];
     let key = m.value_counter.to_be_bytes();
-    let records: Vec<(Option<&[u8]>, Option<&[u8]>)> = (0..g.records)
+    let records: Vec<Record> = (0..g.records)
         .map(|_| (g.keyed.then_some(key.as_slice()), Some(value.as_slice())))
         .collect();
     let timestamps: Vec<i64> = (0..i64::from(g.records))
@@ -278,7 +306,7 @@ fn apply(
 ) -> Result<(), String> {
     let log = slot.as_mut().expect("open");
     match op {
-        Op::Append(gens) => {
+        Op::Append(gens, log_append_time) => {
             let mut staged = HashMap::new();
             let mut sent = Vec::new();
             let mut request = Vec::new();
@@ -288,7 +316,15 @@ fn apply(
                 sent.push((bytes, ts, producer));
             }
             let total: i64 = gens.iter().map(|g| i64::from(g.records)).sum();
-            let info = log.append(&mut request, &opts(m.now)).map_err(err)?;
+            let options = AppendOptions {
+                timestamp_type: if *log_append_time {
+                    TimestampType::LogAppendTime
+                } else {
+                    TimestampType::CreateTime
+                },
+                ..opts(m.now)
+            };
+            let info = log.append(&mut request, &options).map_err(err)?;
             if info.duplicate
                 || info.first_offset != m.log_end
                 || info.last_offset != m.log_end + total - 1
@@ -299,7 +335,11 @@ fn apply(
                 ));
             }
             let mut position = 0;
-            for (bytes, record_timestamps, producer) in sent {
+            for (bytes, mut record_timestamps, producer) in sent {
+                if *log_append_time {
+                    // Every record's timestamp becomes the broker's clock.
+                    record_timestamps.fill(m.now);
+                }
                 let stored = request[position..position + bytes.len()].to_vec();
                 position += bytes.len();
                 let header = BatchHeader::parse(&stored).ok_or("stored batch does not parse")?;
@@ -317,6 +357,64 @@ fn apply(
                     producer,
                 });
                 m.log_end = header.next_offset();
+            }
+            m.unflushed_records += total as u64;
+            if m.unflushed_records >= config.flush_messages {
+                // flush.messages reached: this append was fsynced before it returned.
+                if log.flushed_offset() != m.log_end {
+                    return Err(format!(
+                        "flush.messages={} reached but the flushed offset is {}, log end {}",
+                        config.flush_messages,
+                        log.flushed_offset(),
+                        m.log_end
+                    ));
+                }
+                m.flushed = m.log_end;
+                m.unflushed_records = 0;
+            }
+        }
+        Op::AppendBad {
+            batches,
+            bad,
+            corrupt,
+        } => {
+            let bad = usize::from(*bad) % batches.len();
+            let mut staged = HashMap::new();
+            let mut request = Vec::new();
+            for (i, g) in batches.iter().enumerate() {
+                let mut g = g.clone();
+                if i == bad && !corrupt {
+                    g.producer = Some(g.producer.unwrap_or(1));
+                }
+                let (mut bytes, _, _) = make_batch(m, &g, &mut staged);
+                if i == bad {
+                    if *corrupt {
+                        let last = bytes.len() - 1;
+                        bytes[last] ^= 0x10;
+                    } else {
+                        // A gap of 7 in the producer's sequence (CRC recomputed: the batch itself is sound).
+                        let seq = batch::field::BASE_SEQUENCE;
+                        let gapped =
+                            i32::from_be_bytes(bytes[seq..seq + 4].try_into().unwrap()) + 7;
+                        bytes[seq..seq + 4].copy_from_slice(&gapped.to_be_bytes());
+                        let crc = batch::compute_crc(&bytes);
+                        bytes[batch::field::CRC..batch::field::CRC + 4]
+                            .copy_from_slice(&crc.to_be_bytes());
+                    }
+                }
+                request.extend_from_slice(&bytes);
+            }
+            let result = log.append(&mut request, &opts(m.now));
+            let expected = if *corrupt {
+                matches!(result, Err(LogError::CorruptRecord { .. }))
+            } else {
+                matches!(
+                    result,
+                    Err(LogError::OutOfOrderSequence { .. } | LogError::UnknownProducerId { .. })
+                )
+            };
+            if !expected {
+                return Err(format!("a request with a bad batch answered {result:?}"));
             }
         }
         Op::Retry(p) => {
@@ -466,6 +564,7 @@ fn apply(
         }
         Op::Roll => log.roll().map_err(err)?,
         Op::Flush => {
+            m.unflushed_records = 0;
             log.flush().map_err(err)?;
             m.flushed = m.log_end;
             if log.flushed_offset() != m.log_end {
@@ -480,11 +579,13 @@ fn apply(
         Op::CloseReopen => {
             slot.take().expect("open").close().map_err(err)?;
             *slot = Some(Log::open(dir, config.clone()).map_err(err)?);
+            m.unflushed_records = 0;
             m.flushed = m.log_end;
         }
         Op::DropReopen => {
             drop(slot.take());
             *slot = Some(Log::open(dir, config.clone()).map_err(err)?);
+            m.unflushed_records = 0;
         }
         Op::PowerLoss { cut, garbage } => {
             // Durable: what flush() promised, and what the engine believes (after a reopen it may know less).
@@ -536,6 +637,7 @@ fn apply(
             m.log_start = m.log_start.min(m.log_end);
             m.flushed = m.flushed.min(m.log_end);
             *slot = Some(Log::open(dir, config.clone()).map_err(err)?);
+            m.unflushed_records = 0;
         }
     }
     Ok(())
@@ -639,6 +741,58 @@ fn check_read(
     Ok(())
 }
 
+/// The index files on disk (not just the engine's memory) describe the segment: each offset index entry names
+/// the last offset of the batch starting at its position; each time index entry holds the largest timestamp of
+/// the segment up to its offset, carried by the batch ending there.
+fn check_index_files(m: &Model, s: &annal_log::SegmentInfo) -> Result<(), String> {
+    let in_segment: Vec<&ModelBatch> = m
+        .batches
+        .iter()
+        .filter(|b| b.base >= s.base_offset && b.base < s.next_offset)
+        .collect();
+    let index = std::fs::read(s.path.with_extension("index")).map_err(|e| e.to_string())?;
+    let mut position = 0usize;
+    let mut starts = HashMap::new();
+    for b in &in_segment {
+        starts.insert(position as u64, *b);
+        position += b.bytes.len();
+    }
+    for entry in index.chunks_exact(8) {
+        let relative = u32::from_be_bytes(entry[0..4].try_into().unwrap());
+        let position = u32::from_be_bytes(entry[4..8].try_into().unwrap());
+        match starts.get(&u64::from(position)) {
+            Some(b) if b.last == s.base_offset + i64::from(relative) => {}
+            other => {
+                return Err(format!(
+                    "{}: entry ({relative}, {position}) names the wrong batch ({:?})",
+                    s.path.with_extension("index").display(),
+                    other.map(|b| (b.base, b.last))
+                ))
+            }
+        }
+    }
+    let time_index =
+        std::fs::read(s.path.with_extension("timeindex")).map_err(|e| e.to_string())?;
+    for entry in time_index.chunks_exact(12) {
+        let timestamp = i64::from_be_bytes(entry[0..8].try_into().unwrap());
+        let offset =
+            s.base_offset + i64::from(u32::from_be_bytes(entry[8..12].try_into().unwrap()));
+        let max_so_far = in_segment
+            .iter()
+            .filter(|b| b.last <= offset)
+            .map(|b| b.max_timestamp)
+            .max();
+        let carrier = in_segment.iter().find(|b| b.last == offset);
+        if max_so_far != Some(timestamp) || carrier.is_none_or(|b| b.max_timestamp != timestamp) {
+            return Err(format!(
+                "{}: entry ({timestamp}, {offset}) but the segment's max timestamp up to there is {max_so_far:?}",
+                s.path.with_extension("timeindex").display()
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn check_all(m: &Model, log: &Log) -> Result<(), String> {
     if log.log_start_offset() != m.log_start || log.log_end_offset() != m.log_end {
         return Err(format!(
@@ -685,6 +839,9 @@ fn check_all(m: &Model, log: &Log) -> Result<(), String> {
             ));
         }
     }
+    for s in &segs {
+        check_index_files(m, s)?;
+    }
     if m.batches
         .first()
         .is_some_and(|b| b.base != segs[0].base_offset)
@@ -716,7 +873,7 @@ fn check_all(m: &Model, log: &Log) -> Result<(), String> {
             expected.len()
         ));
     }
-    // The largest timestamp: over segments holding visible offsets; the earliest batch carrying it.
+    // The largest timestamp: over segments holding visible offsets; the earliest record carrying it.
     let visible_from = segs
         .iter()
         .find(|s| s.next_offset > m.log_start)
@@ -725,9 +882,18 @@ fn check_all(m: &Model, log: &Log) -> Result<(), String> {
         m.batches
             .iter()
             .filter(|b| b.base >= from)
-            .fold(None, |best: Option<(i64, i64)>, b| match best {
+            .fold(None, |best: Option<(i64, &ModelBatch)>, b| match best {
                 Some((ts, _)) if ts >= b.max_timestamp => best,
-                _ => Some((b.max_timestamp, b.last)),
+                _ => Some((b.max_timestamp, b)),
+            })
+            .map(|(ts, b)| {
+                // The first record carrying it (as Kafka's ListOffsets MAX_TIMESTAMP), not below the log start.
+                let first = b
+                    .record_timestamps
+                    .iter()
+                    .position(|&t| t == ts)
+                    .expect("carrier");
+                (ts, (b.base + first as i64).max(m.log_start))
             })
     });
     if log.max_timestamp() != expected_max {
@@ -741,7 +907,7 @@ fn check_all(m: &Model, log: &Log) -> Result<(), String> {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 64,
+        cases: 256,
         max_shrink_iters: 2000,
         ..ProptestConfig::default()
     })]

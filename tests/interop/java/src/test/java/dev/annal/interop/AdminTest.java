@@ -107,6 +107,12 @@ class AdminTest {
                 new AlterConfigOp(new ConfigEntry("segment.ms", "600000"), AlterConfigOp.OpType.SET),
                 new AlterConfigOp(new ConfigEntry("cleanup.policy", ""), AlterConfigOp.OpType.DELETE))))
                 .all().get(30, TimeUnit.SECONDS);
+        // Kafka applies config changes asynchronously (through its metadata log): wait for them to show.
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        while (!"600000".equals(topicConfig(topic).get("segment.ms").value())) {
+            assertTrue(System.nanoTime() < deadline, "segment.ms not altered within 30 s");
+            Thread.sleep(100);
+        }
         c = topicConfig(topic);
         assertEquals("7200000", c.get("retention.ms").value());
         assertEquals("600000", c.get("segment.ms").value());
@@ -121,7 +127,7 @@ class AdminTest {
         assertEquals("7200000", topicConfig(topic).get("retention.ms").value());
 
         admin.deleteTopics(List.of(topic)).all().get(30, TimeUnit.SECONDS);
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
         while (admin.listTopics().names().get().contains(topic)) {
             assertTrue(System.nanoTime() < deadline, "topic still listed 30 s after delete");
             Thread.sleep(100);
