@@ -14,7 +14,7 @@ const T: &str = "versions-topic";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_advertised_version_answers() {
     let dir = tempfile::tempdir().unwrap();
-    let broker = TestBroker::start(dir.path(), &[]).await;
+    let broker = TestBroker::start(dir.path(), &["group.initial.rebalance.delay.ms=0"]).await;
     let mut c = broker.client().await;
     let mut tested: BTreeSet<(i16, i16)> = BTreeSet::new();
 
@@ -241,6 +241,29 @@ async fn every_advertised_version_answers() {
         let resp = c.call(&req.with_timeout_ms(1000), v).await;
         assert_eq!(resp.responses[0].error_code, 0, "delete topics v{v}");
         tested.insert((ApiKey::DeleteTopics as i16, v));
+    }
+
+    common::group_versions::exercise_group_apis(&mut c, T, &mut tested).await;
+
+    // Produce v0-2 are advertised (librdkafka enables compression only then, KAFKA-18659) but refused.
+    for v in 0..=2i16 {
+        // kafka-protocol cannot encode these versions any more: a v1 request header (api key 0, version v,
+        // correlation id, null client id) and a v0-shaped body (acks, timeout, no topics), by hand.
+        let mut frame = Vec::new();
+        frame.extend_from_slice(&0i16.to_be_bytes());
+        frame.extend_from_slice(&v.to_be_bytes());
+        frame.extend_from_slice(&7i32.to_be_bytes());
+        frame.extend_from_slice(&(-1i16).to_be_bytes());
+        frame.extend_from_slice(&1i16.to_be_bytes());
+        frame.extend_from_slice(&1000i32.to_be_bytes());
+        frame.extend_from_slice(&0i32.to_be_bytes());
+        let mut old = broker.client().await;
+        old.send_raw(&frame).await;
+        assert!(
+            old.is_closed(std::time::Duration::from_secs(5)).await,
+            "produce v{v} must be refused"
+        );
+        tested.insert((ApiKey::Produce as i16, v));
     }
 
     let advertised_set: BTreeSet<(i16, i16)> = advertised
