@@ -19,6 +19,9 @@ use crate::Broker;
 /// Longest wait we honour, whatever the client asks (Kafka clients use 500 ms by default).
 const MAX_WAIT_MS: i32 = 60_000;
 
+/// What a fetch asked for, resolved once: per topic (name, id) and per partition (index, offset, max bytes).
+type Plan = Vec<(String, Uuid, Vec<(i32, i64, i32, Target)>)>;
+
 enum Target {
     Found(Arc<Partition>),
     Missing(i16),
@@ -45,7 +48,7 @@ pub async fn handle(
     }
     let read_committed = req.isolation_level == 1;
     // Resolve every requested partition once (by name, or by topic id from v13).
-    let mut plan: Vec<(String, Uuid, Vec<(i32, i64, i32, Target)>)> = Vec::new();
+    let mut plan: Plan = Vec::new();
     for t in &req.topics {
         let topic = if version >= 13 {
             broker.topics.get_by_id(t.topic_id)
@@ -105,7 +108,7 @@ pub async fn handle(
 /// One pass over the partitions. The first partition with data returns at least one whole batch even past the
 /// limits (KIP-74, so a large batch never blocks a consumer); later partitions stop at the limits.
 fn read_all(
-    plan: &[(String, Uuid, Vec<(i32, i64, i32, Target)>)],
+    plan: &Plan,
     version: i16,
     max_bytes: usize,
     read_committed: bool,

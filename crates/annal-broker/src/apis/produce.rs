@@ -22,10 +22,12 @@ pub async fn handle(
     let acks = req.acks;
     let transactional = req.transactional_id.is_some();
     // Resolve partitions and check request-level rules first; then append everything in one blocking call.
+    type Ready = (Arc<crate::topics::Partition>, Vec<u8>, bool);
     struct Work {
         topic: usize,
         index: i32,
-        result: Result<(Arc<crate::topics::Partition>, Vec<u8>, bool), (i16, String)>,
+        /// The partition, the batches to append, and whether the topic uses LogAppendTime.
+        result: Result<Ready, (i16, String)>,
     }
     let mut topics = Vec::new();
     let mut work = Vec::new();
@@ -34,7 +36,7 @@ pub async fn handle(
         let topic = broker.topics.get(&name);
         topics.push(TopicProduceResponse::default().with_name(t.name));
         for p in t.partition_data {
-            let result = if !matches!(acks, 0 | 1 | -1) {
+            let result = if !(-1..=1).contains(&acks) {
                 Err((
                     code::INVALID_REQUIRED_ACKS,
                     format!("acks={acks} is not one of 0, 1, -1 (all)"),

@@ -1,6 +1,6 @@
 //! Test support: a real broker (in this process, on 127.0.0.1:0) and a raw Kafka-protocol client built on
 //! kafka-protocol's encoders, so tests see exactly the bytes a client would.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::type_complexity)]
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
