@@ -100,7 +100,7 @@ async fn bad_frames_close_only_their_connection() {
     send_raw_expect_close(&broker, &raw_request(999, 0, &[]), "unknown API key").await;
     send_raw_expect_close(&broker, &raw_request(-1, 0, &[]), "negative API key").await;
     send_raw_expect_close(&broker, &raw_request(3, 99, &[]), "Metadata v99").await;
-    send_raw_expect_close(&broker, &raw_request(0, 2, &[]), "Produce v2").await;
+    send_raw_expect_close(&broker, &raw_request(0, 2, &[0, 1]), "truncated Produce v2").await;
     // A known key with an undecodable body.
     send_raw_expect_close(
         &broker,

@@ -48,6 +48,47 @@ async fn every_advertised_version_answers() {
         tested.insert((ApiKey::Metadata as i16, v));
     }
 
+    // Produce v0-2: advertised for librdkafka's compression check, answered with UNSUPPORTED_VERSION per partition.
+    for v in 0..=2i16 {
+        let mut body = Vec::new();
+        body.extend_from_slice(&1i16.to_be_bytes()); // acks
+        body.extend_from_slice(&1000i32.to_be_bytes());
+        body.extend_from_slice(&1i32.to_be_bytes()); // one topic
+        body.extend_from_slice(&(T.len() as i16).to_be_bytes());
+        body.extend_from_slice(T.as_bytes());
+        body.extend_from_slice(&1i32.to_be_bytes()); // one partition
+        body.extend_from_slice(&0i32.to_be_bytes());
+        body.extend_from_slice(&3i32.to_be_bytes());
+        body.extend_from_slice(b"abc"); // a v0/v1 message set we never look at
+        let mut frame = Vec::new();
+        frame.extend_from_slice(&0i16.to_be_bytes());
+        frame.extend_from_slice(&v.to_be_bytes());
+        frame.extend_from_slice(&77i32.to_be_bytes());
+        frame.extend_from_slice(&(-1i16).to_be_bytes());
+        frame.extend_from_slice(&body);
+        let mut out = (frame.len() as u32).to_be_bytes().to_vec();
+        out.extend_from_slice(&frame);
+        use tokio::io::AsyncWriteExt;
+        c.stream.write_all(&out).await.unwrap();
+        let resp = c.read_frame().await.expect("answered");
+        let mut want = 77i32.to_be_bytes().to_vec();
+        want.extend_from_slice(&1i32.to_be_bytes());
+        want.extend_from_slice(&(T.len() as i16).to_be_bytes());
+        want.extend_from_slice(T.as_bytes());
+        want.extend_from_slice(&1i32.to_be_bytes());
+        want.extend_from_slice(&0i32.to_be_bytes());
+        want.extend_from_slice(&35i16.to_be_bytes());
+        want.extend_from_slice(&(-1i64).to_be_bytes());
+        if v >= 2 {
+            want.extend_from_slice(&(-1i64).to_be_bytes());
+        }
+        if v >= 1 {
+            want.extend_from_slice(&0i32.to_be_bytes());
+        }
+        assert_eq!(&resp[..], &want[..], "produce v{v}");
+        tested.insert((ApiKey::Produce as i16, v));
+    }
+
     for v in 3..=12 {
         let (err, base) = produce(
             &mut c,

@@ -21,7 +21,8 @@ use crate::Broker;
 
 /// Every API this broker implements, with the versions it implements and tests (see docs/compatibility.md).
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 12),
+    // v0-2 only answer UNSUPPORTED_VERSION; see produce::legacy_unsupported.
+    (ApiKey::Produce, 0, 12),
     (ApiKey::Fetch, 4, 17),
     (ApiKey::ListOffsets, 1, 9),
     (ApiKey::Metadata, 0, 12),
@@ -209,6 +210,19 @@ pub async fn dispatch(
             )
         }
         ApiKey::Fetch => route!(broker, key, header, buf, FetchRequest, fetch::handle),
+        ApiKey::Produce if header.request_api_version < 3 => {
+            match produce::legacy_unsupported(header.request_api_version, &buf) {
+                None => Ok(None),
+                Some(Err(e)) => Err(Close(e)),
+                Some(Ok(body)) => {
+                    let mut out = BytesMut::with_capacity(8 + body.len());
+                    out.extend_from_slice(&((4 + body.len()) as u32).to_be_bytes());
+                    out.extend_from_slice(&header.correlation_id.to_be_bytes());
+                    out.extend_from_slice(&body);
+                    Ok(Some(out))
+                }
+            }
+        }
         ApiKey::Produce => {
             let req: ProduceRequest = decode(key, &mut buf, header.request_api_version)?;
             match produce::handle(broker, &header, req).await {

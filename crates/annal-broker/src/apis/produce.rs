@@ -146,3 +146,78 @@ pub async fn handle(
     }
     Some(ProduceResponse::default().with_responses(topics))
 }
+
+/// Produce v0-v2 (removed in Kafka 4.0, KIP-896) is still advertised, as Kafka 4 does, because librdkafka decides
+/// whether it may compress by looking for Produce v0..v2 in ApiVersions (librdkafka#4956, KAFKA-18659). Clients
+/// pick the highest common version, so only a client that cannot speak v3 sends these; it gets
+/// UNSUPPORTED_VERSION for every partition. kafka-protocol has no codec for these versions, so the request is
+/// walked by hand with every length checked against the bytes left.
+pub fn legacy_unsupported(version: i16, mut body: &[u8]) -> Option<Result<Vec<u8>, String>> {
+    fn take<'a>(b: &mut &'a [u8], n: usize) -> Result<&'a [u8], String> {
+        if b.len() < n {
+            return Err(format!("needs {n} bytes, {} left", b.len()));
+        }
+        let (head, tail) = b.split_at(n);
+        *b = tail;
+        Ok(head)
+    }
+    fn i16_(b: &mut &[u8]) -> Result<i16, String> {
+        Ok(i16::from_be_bytes(take(b, 2)?.try_into().unwrap()))
+    }
+    fn i32_(b: &mut &[u8]) -> Result<i32, String> {
+        Ok(i32::from_be_bytes(take(b, 4)?.try_into().unwrap()))
+    }
+    fn count(b: &mut &[u8], min_size: usize) -> Result<usize, String> {
+        let n = i32_(b)?;
+        if n < 0 || (n as usize).saturating_mul(min_size) > b.len() {
+            return Err(format!(
+                "array count {n} does not fit in the {} bytes left",
+                b.len()
+            ));
+        }
+        Ok(n as usize)
+    }
+    let parse = |body: &mut &[u8]| -> Result<(i16, Vec<(Vec<u8>, Vec<i32>)>), String> {
+        let acks = i16_(body)?;
+        let _timeout = i32_(body)?;
+        let mut topics = Vec::new();
+        for _ in 0..count(body, 6)? {
+            let len = i16_(body)?;
+            let name = take(body, len.max(0) as usize)?.to_vec();
+            let mut partitions = Vec::new();
+            for _ in 0..count(body, 8)? {
+                partitions.push(i32_(body)?);
+                let size = i32_(body)?;
+                take(body, size.max(0) as usize)?;
+            }
+            topics.push((name, partitions));
+        }
+        Ok((acks, topics))
+    };
+    let (acks, topics) = match parse(&mut body) {
+        Ok(v) => v,
+        Err(e) => return Some(Err(format!("malformed Produce v{version} request: {e}"))),
+    };
+    if acks == 0 {
+        return None;
+    }
+    let mut out = Vec::new();
+    out.extend_from_slice(&(topics.len() as i32).to_be_bytes());
+    for (name, partitions) in topics {
+        out.extend_from_slice(&(name.len() as i16).to_be_bytes());
+        out.extend_from_slice(&name);
+        out.extend_from_slice(&(partitions.len() as i32).to_be_bytes());
+        for p in partitions {
+            out.extend_from_slice(&p.to_be_bytes());
+            out.extend_from_slice(&code::UNSUPPORTED_VERSION.to_be_bytes());
+            out.extend_from_slice(&(-1i64).to_be_bytes());
+            if version >= 2 {
+                out.extend_from_slice(&(-1i64).to_be_bytes()); // log_append_time
+            }
+        }
+    }
+    if version >= 1 {
+        out.extend_from_slice(&0i32.to_be_bytes()); // throttle_time_ms
+    }
+    Some(Ok(out))
+}
