@@ -339,3 +339,144 @@ async fn idempotent_producer_dedup_and_errors() {
     );
     broker.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_sessions_limits_and_topic_ids() {
+    use fetch_request::{FetchPartition, FetchTopic};
+    let dir = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(dir.path(), &[]).await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "fs", 2, &[]).await;
+    let id = topic_id(&mut c, "fs").await;
+    for i in 0..10 {
+        let v = format!("{i:0>300}");
+        assert_eq!(
+            produce(&mut c, "fs", i % 2, batch(&[&v], 1_700_000_000_000), 1, 9)
+                .await
+                .0,
+            0
+        );
+    }
+    let req =
+        |session_id: i32, epoch: i32, max_bytes: i32, partition_max: i32, topic_id: uuid::Uuid| {
+            FetchRequest::default()
+                .with_max_wait_ms(10)
+                .with_min_bytes(1)
+                .with_max_bytes(max_bytes)
+                .with_session_id(session_id)
+                .with_session_epoch(epoch)
+                .with_topics(vec![FetchTopic::default()
+                    .with_topic_id(topic_id)
+                    .with_partitions(
+                        (0..2)
+                            .map(|p| {
+                                FetchPartition::default()
+                                    .with_partition(p)
+                                    .with_fetch_offset(0)
+                                    .with_partition_max_bytes(partition_max)
+                            })
+                            .collect(),
+                    )])
+        };
+    // A request for a new session (id 0, epoch 0) is served sessionless: session id 0 in the answer.
+    let r = c.call(&req(0, 0, 1 << 20, 1 << 20, id), 13).await;
+    assert_eq!((r.error_code, r.session_id), (0, 0));
+    assert_eq!(r.responses[0].topic_id, id);
+    assert_eq!(
+        values(r.responses[0].partitions[0].records.as_ref().unwrap()).len(),
+        5
+    );
+    // A session we never handed out.
+    assert_eq!(
+        c.call(&req(1234, 1, 1 << 20, 1 << 20, id), 13)
+            .await
+            .error_code,
+        70
+    );
+    assert_eq!(
+        c.call(&req(0, 5, 1 << 20, 1 << 20, id), 13)
+            .await
+            .error_code,
+        71
+    );
+    // Unknown topic id.
+    let r = c
+        .call(&req(0, -1, 1 << 20, 1 << 20, uuid::Uuid::new_v4()), 13)
+        .await;
+    assert_eq!(r.responses[0].partitions[0].error_code, 100);
+    // partition_max_bytes: one batch per partition at least for the first, limits respected after it.
+    let r = c.call(&req(0, -1, 1 << 20, 1, id), 13).await;
+    let first = values(r.responses[0].partitions[0].records.as_ref().unwrap()).len();
+    let second = r.responses[0].partitions[1]
+        .records
+        .as_ref()
+        .map_or(0, |b| b.len());
+    assert_eq!(
+        (first, second),
+        (1, 0),
+        "first partition gets one batch past the limit, the next none"
+    );
+    // max_bytes across partitions.
+    let r = c.call(&req(0, -1, 700, 1 << 20, id), 13).await;
+    let total: usize = r.responses[0]
+        .partitions
+        .iter()
+        .map(|p| p.records.as_ref().map_or(0, |b| b.len()))
+        .sum();
+    assert!(total <= 1400 && total > 0, "total {total}");
+    broker.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_runs_per_topic_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(dir.path(), &["log.retention.check.interval.ms=200"]).await;
+    let mut c = broker.client().await;
+    create_topic(
+        &mut c,
+        "ret",
+        1,
+        &[("segment.bytes", "1024"), ("retention.bytes", "2048")],
+    )
+    .await;
+    create_topic(&mut c, "keep", 1, &[("segment.bytes", "1024")]).await;
+    let v = "y".repeat(400);
+    for _ in 0..30 {
+        assert_eq!(
+            produce(&mut c, "ret", 0, batch(&[&v], annal_broker::now_ms()), 1, 9)
+                .await
+                .0,
+            0
+        );
+        assert_eq!(
+            produce(
+                &mut c,
+                "keep",
+                0,
+                batch(&[&v], annal_broker::now_ms()),
+                1,
+                9
+            )
+            .await
+            .0,
+            0
+        );
+    }
+    let started = Instant::now();
+    loop {
+        let p = fetch(&mut c, "ret", 0, 29, 12, 10).await;
+        if p.log_start_offset > 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "retention never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        fetch(&mut c, "keep", 0, 0, 12, 10).await.log_start_offset,
+        0
+    );
+    broker.stop().await.unwrap();
+}
