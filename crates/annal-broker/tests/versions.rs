@@ -253,6 +253,37 @@ async fn every_advertised_version_answers() {
         tested.insert((ApiKey::DescribeProducers as i16, 0));
     }
 
+    for v in 2..=4 {
+        let req = OffsetForLeaderEpochRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![
+                offset_for_leader_epoch_request::OffsetForLeaderTopic::default()
+                    .with_topic(name(T))
+                    .with_partitions(vec![
+                        offset_for_leader_epoch_request::OffsetForLeaderPartition::default()
+                            .with_partition(0)
+                            .with_current_leader_epoch(0)
+                            .with_leader_epoch(0),
+                        offset_for_leader_epoch_request::OffsetForLeaderPartition::default()
+                            .with_partition(0)
+                            .with_current_leader_epoch(-1)
+                            .with_leader_epoch(3),
+                    ]),
+            ]);
+        let resp = c.call(&req, v).await;
+        let ps = &resp.topics[0].partitions;
+        assert_eq!(
+            (ps[0].error_code, ps[0].leader_epoch, ps[0].end_offset),
+            (0, 0, 10),
+            "offset for leader epoch v{v}"
+        );
+        assert_eq!(
+            (ps[1].error_code, ps[1].leader_epoch, ps[1].end_offset),
+            (0, -1, -1)
+        );
+        tested.insert((ApiKey::OffsetForLeaderEpoch as i16, v));
+    }
+
     for v in 0..=2 {
         let req = DeleteRecordsRequest::default()
             .with_timeout_ms(1000)

@@ -37,6 +37,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
 ];
 
 pub fn supported(key: ApiKey) -> Option<(i16, i16)> {
@@ -207,6 +208,16 @@ pub async fn dispatch(
                 buf,
                 DescribeProducersRequest,
                 producers::describe_producers
+            )
+        }
+        ApiKey::OffsetForLeaderEpoch => {
+            route!(
+                broker,
+                key,
+                header,
+                buf,
+                OffsetForLeaderEpochRequest,
+                offsets::offset_for_leader_epoch
             )
         }
         ApiKey::Fetch => route!(broker, key, header, buf, FetchRequest, fetch::handle),
