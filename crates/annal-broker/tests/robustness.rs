@@ -350,3 +350,27 @@ async fn many_concurrent_clients() {
     assert_eq!(total, 640);
     broker.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_acks_zero_produce_closes_the_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(dir.path(), &[]).await;
+    let mut c = broker.client().await;
+    let req = ProduceRequest::default()
+        .with_acks(0)
+        .with_timeout_ms(1000)
+        .with_topic_data(vec![produce_request::TopicProduceData::default()
+            .with_name(name("missing"))
+            .with_partition_data(vec![
+                produce_request::PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(batch(&["x"], 1_700_000_000_000).into())),
+            ])]);
+    c.send(&req, 9).await;
+    assert!(
+        c.is_closed(Duration::from_secs(5)).await,
+        "no response can carry the error, so the broker closes"
+    );
+    still_serving(&broker).await;
+    broker.stop().await.unwrap();
+}

@@ -128,6 +128,19 @@ fn check_creatable(
             format!("Topic '{name}' already exists."),
         ));
     }
+    // Kafka refuses names that differ only by '.' versus '_' (they collide in metric names).
+    let unified = name.replace('.', "_");
+    if let Some(other) = broker
+        .topics
+        .all()
+        .into_iter()
+        .find(|t| t.name.replace('.', "_") == unified)
+    {
+        return Err((
+            code::INVALID_TOPIC_EXCEPTION,
+            format!("Topic '{name}' collides with existing topic '{}': names may not differ only by '.' and '_'", other.name),
+        ));
+    }
     let node = broker.config.node_id;
     let partitions = if !t.assignments.is_empty() {
         if t.num_partitions != -1 || t.replication_factor != -1 {

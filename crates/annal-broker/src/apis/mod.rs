@@ -236,7 +236,7 @@ pub async fn dispatch(
         }
         ApiKey::Produce => {
             let req: ProduceRequest = decode(key, &mut buf, header.request_api_version)?;
-            match produce::handle(broker, &header, req).await {
+            match produce::handle(broker, &header, req).await? {
                 Some(resp) => Ok(Some(encode_response(&header, &resp)?)),
                 None => Ok(None), // acks=0
             }

@@ -9,15 +9,16 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse, RequestHeader};
 
 use super::offsets::{error_code, partition};
 use super::{blocking, code, s};
+use crate::server::Close;
 use crate::topic_config;
 use crate::Broker;
 
-/// Returns `None` for acks=0: the client expects no response.
+/// Returns `Ok(None)` for acks=0 (the client expects no response); `Err` closes the connection (a failed acks=0).
 pub async fn handle(
     broker: &Arc<Broker>,
     header: &RequestHeader,
     req: ProduceRequest,
-) -> Option<ProduceResponse> {
+) -> Result<Option<ProduceResponse>, Close> {
     let version = header.request_api_version;
     let acks = req.acks;
     let transactional = req.transactional_id.is_some();
@@ -142,9 +143,20 @@ pub async fn handle(
         broker.notify_appended();
     }
     if acks == 0 {
-        return None;
+        // No response to carry an error: like Kafka, close the connection so the client notices (and refreshes
+        // its metadata) instead of silently losing records.
+        if topics.iter().any(|t| {
+            t.partition_responses
+                .iter()
+                .any(|p| p.error_code != code::NONE)
+        }) {
+            return Err(Close(
+                "acks=0 produce failed for at least one partition".into(),
+            ));
+        }
+        return Ok(None);
     }
-    Some(ProduceResponse::default().with_responses(topics))
+    Ok(Some(ProduceResponse::default().with_responses(topics)))
 }
 
 /// Produce v0-v2 (removed in Kafka 4.0, KIP-896) is still advertised, as Kafka 4 does, because librdkafka decides
@@ -199,7 +211,10 @@ pub fn legacy_unsupported(version: i16, mut body: &[u8]) -> Option<Result<Vec<u8
         Err(e) => return Some(Err(format!("malformed Produce v{version} request: {e}"))),
     };
     if acks == 0 {
-        return None;
+        // Nothing was written and no response can say so: close, as for any failed acks=0 produce.
+        return Some(Err(format!(
+            "Produce v{version} with acks=0 is not supported"
+        )));
     }
     let mut out = Vec::new();
     out.extend_from_slice(&(topics.len() as i32).to_be_bytes());
