@@ -189,7 +189,9 @@ pub fn legacy_unsupported(version: i16, mut body: &[u8]) -> Option<Result<Vec<u8
         }
         Ok(n as usize)
     }
-    let parse = |body: &mut &[u8]| -> Result<(i16, Vec<(Vec<u8>, Vec<i32>)>), String> {
+    /// acks, and per topic its name and partition indexes.
+    type Parsed = (i16, Vec<(Vec<u8>, Vec<i32>)>);
+    let parse = |body: &mut &[u8]| -> Result<Parsed, String> {
         let acks = i16_(body)?;
         let _timeout = i32_(body)?;
         let mut topics = Vec::new();
