@@ -500,15 +500,31 @@ impl Log {
     }
 
     /// The largest timestamp in the log and the last offset of the batch that carries it.
+    ///
+    /// The offset is the first record carrying that timestamp (as Kafka answers ListOffsets MAX_TIMESTAMP) when
+    /// the batch is uncompressed; for a compressed batch it is the batch's last offset.
     pub fn max_timestamp(&self) -> Option<(i64, i64)> {
-        self.segments
+        let (segment, ts, batch_last_offset) = self
+            .segments
             .values()
             .filter(|s| s.next_offset() > self.log_start_offset)
-            .filter_map(Segment::max_timestamp)
-            .fold(None, |best: Option<(i64, i64)>, (ts, off)| match best {
-                Some((b, _)) if b >= ts => best,
-                _ => Some((ts, off)),
-            })
+            .filter_map(|s| s.max_timestamp().map(|(ts, off)| (s, ts, off)))
+            .fold(
+                None,
+                |best: Option<(&Segment, i64, i64)>, (s, ts, off)| match best {
+                    Some((_, b, _)) if b >= ts => best,
+                    _ => Some((s, ts, off)),
+                },
+            )?;
+        let exact = segment
+            .first_offset_with_timestamp(batch_last_offset, ts)
+            .unwrap_or(None);
+        Some((
+            ts,
+            exact
+                .unwrap_or(batch_last_offset)
+                .max(self.log_start_offset),
+        ))
     }
 
     /// Removes every batch from the one containing `offset` on (replication's truncation). The log end becomes

@@ -511,6 +511,30 @@ impl Segment {
         Ok(None)
     }
 
+    /// The first record of the batch containing `offset` whose timestamp is `timestamp`: exact for uncompressed
+    /// `CreateTime` batches, the base offset for `LogAppendTime` ones (every record has the batch's time), and
+    /// `None` for compressed batches (records are not decompressed).
+    pub fn first_offset_with_timestamp(
+        &self,
+        offset: i64,
+        timestamp: i64,
+    ) -> crate::Result<Option<i64>> {
+        let Some((position, header)) = self.find_batch(offset)? else {
+            return Ok(None);
+        };
+        if header.is_log_append_time() {
+            return Ok(Some(header.base_offset));
+        }
+        let mut bytes = vec![0u8; header.size()];
+        self.file
+            .read_exact_at(&mut bytes, position)
+            .map_err(|e| LogError::io("read segment", &self.log_path, e))?;
+        Ok(batch::record_timestamps(&bytes).and_then(|timestamps| {
+            let index = timestamps.iter().position(|&ts| ts == timestamp)?;
+            Some(header.base_offset + index as i64)
+        }))
+    }
+
     /// Cuts the segment before the batch containing `offset`. Returns the bytes removed.
     pub fn truncate_to(&mut self, offset: i64) -> crate::Result<u64> {
         let Some((position, _)) = self.find_batch(offset)? else {

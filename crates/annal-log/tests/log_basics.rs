@@ -108,6 +108,18 @@ fn timestamp_lookup_finds_first_record_at_or_after() {
     assert_eq!(log.offset_for_timestamp(106).unwrap(), Some((22, 110)));
     assert_eq!(log.offset_for_timestamp(396).unwrap(), None);
     assert_eq!(log.max_timestamp(), Some((395, 79)));
+    // Out of order inside one batch: the first record carrying the maximum.
+    let values = [
+        (None, Some(b"a".as_slice())),
+        (None, Some(b"b".as_slice())),
+        (None, Some(b"c".as_slice())),
+    ];
+    log.append(
+        &mut build_batch(&values, &[1000, 5000, 2000], ProducerFields::default()),
+        &opts(0),
+    )
+    .unwrap();
+    assert_eq!(log.max_timestamp(), Some((5000, 81)));
 }
 
 #[test]
