@@ -132,8 +132,7 @@ pub async fn run_with_listener(
 /// Housekeeping: every second, fsync logs whose `flush.ms` is due; every `log.retention.check.interval.ms`,
 /// apply retention.
 async fn retention_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Receiver<bool>) {
-    let retention_every =
-        Duration::from_millis(broker.config.retention_check_interval_ms.max(1) as u64);
+    let retention_every = config_duration(broker.config.retention_check_interval_ms);
     let tick = retention_every.min(Duration::from_secs(1));
     let mut next_retention = tokio::time::Instant::now() + retention_every;
     loop {
@@ -227,4 +226,9 @@ pub async fn shutdown_signal() {
 /// Resolves once `stop` is true (or its sender is gone). Keeps the watch guard inside, so callers stay `Send`.
 pub(crate) async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
+}
+
+/// A millisecond setting as a Duration, capped at a year so deadline arithmetic can never overflow.
+pub(crate) fn config_duration(ms: i64) -> Duration {
+    Duration::from_millis(ms.clamp(1, 365 * 24 * 3_600_000) as u64)
 }

@@ -82,7 +82,7 @@ async fn connection(
     mut stop: watch::Receiver<bool>,
     budget: Arc<Semaphore>,
 ) -> Result<(), Close> {
-    let idle = Duration::from_millis(broker.config.connections_max_idle_ms.max(1) as u64);
+    let idle = crate::config_duration(broker.config.connections_max_idle_ms);
     let max = broker.config.socket_request_max_bytes as usize;
     loop {
         let mut size = [0u8; 4];
