@@ -77,6 +77,7 @@ pub async fn handle(
         plan.push((t.topic.0.to_string(), t.topic_id, parts));
     }
 
+    let plan = Arc::new(plan);
     let max_wait = Duration::from_millis(req.max_wait_ms.clamp(0, MAX_WAIT_MS) as u64);
     let deadline = tokio::time::Instant::now() + max_wait;
     let max_bytes = if req.max_bytes <= 0 {
@@ -90,7 +91,10 @@ pub async fn handle(
     loop {
         // Subscribe before reading, so an append between the read and the wait still wakes us.
         appended.borrow_and_update();
-        let (responses, total, has_error) = read_all(&plan, version, max_bytes, read_committed);
+        // Disk reads (pread of segment files) run off the async workers.
+        let p = plan.clone();
+        let (responses, total, has_error) =
+            super::blocking(move || read_all(&p, version, max_bytes, read_committed)).await;
         let now = tokio::time::Instant::now();
         if total >= min_bytes || has_error || now >= deadline || *shutting_down.borrow() {
             return FetchResponse::default()
