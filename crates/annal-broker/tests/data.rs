@@ -480,3 +480,47 @@ async fn retention_runs_per_topic_config() {
     );
     broker.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_answers_long_polls_and_closes_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(dir.path(), &[]).await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "sd", 1, &[]).await;
+    assert_eq!(
+        produce(&mut c, "sd", 0, batch(&["x"], 1_700_000_000_000), 1, 9)
+            .await
+            .0,
+        0
+    );
+    let addr = broker.addr;
+    let poll = tokio::spawn(async move {
+        let mut c2 = Client::connect(addr).await;
+        fetch(&mut c2, "sd", 0, 1, 12, 30_000).await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    broker.stop().await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
+    let p = poll.await.unwrap();
+    assert_eq!((p.error_code, p.high_watermark), (0, 1));
+    // Clean shutdown, then a restart finds the record.
+    let broker = TestBroker::start(dir.path(), &[]).await;
+    let mut c = broker.client().await;
+    assert_eq!(
+        values(
+            fetch(&mut c, "sd", 0, 0, 12, 10)
+                .await
+                .records
+                .as_ref()
+                .unwrap()
+        )
+        .len(),
+        1
+    );
+    broker.stop().await.unwrap();
+}
