@@ -105,9 +105,6 @@ pub async fn create_topics(
                 }
             }
         }
-        if version < 1 {
-            result.error_message = None;
-        }
         results.push(result);
     }
     CreateTopicsResponse::default().with_topics(results)

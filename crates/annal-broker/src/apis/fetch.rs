@@ -176,7 +176,12 @@ fn read_all(
                                 }
                             }
                         }
-                        Err(e @ LogError::OffsetOutOfRange { .. }) | Err(e) => {
+                        // OFFSET_OUT_OF_RANGE (below the log start or past the end) lets clients apply
+                        // auto.offset.reset; anything else is a storage error.
+                        Err(e) => {
+                            if !matches!(e, LogError::OffsetOutOfRange { .. }) {
+                                tracing::warn!(partition = %format!("{}-{}", part.topic, part.index), error = %e, "fetch read failed");
+                            }
                             pd.error_code = error_code(&e);
                             has_error = true;
                         }
