@@ -180,6 +180,7 @@ pub const BROKER_SETTINGS: &[Setting] = &[
     ),
     setting("log.flush.interval.ms", long(0), "9223372036854775807"),
     setting("socket.request.max.bytes", int(1), "104857600"),
+    setting("fetch.max.bytes", int(0), "57671680"),
     setting("connections.max.idle.ms", long(1), "600000"),
     setting("producer.id.expiration.ms", int(1), "86400000"),
     setting("transactional.id.expiration.ms", int(1), "604800000"),
@@ -251,6 +252,8 @@ pub struct BrokerConfig {
     pub flush_messages: i64,
     pub flush_ms: i64,
     pub socket_request_max_bytes: i32,
+    /// `fetch.max.bytes`: the most a fetch response carries, whatever the client asks (one batch may exceed it).
+    pub fetch_max_bytes: i32,
     pub connections_max_idle_ms: i64,
     pub producer_id_expiration_ms: i64,
     /// Every honoured setting's effective value and source, for DescribeConfigs on the broker resource.
@@ -433,6 +436,7 @@ impl BrokerConfig {
             flush_messages: num("log.flush.interval.messages"),
             flush_ms: num("log.flush.interval.ms"),
             socket_request_max_bytes: num("socket.request.max.bytes") as i32,
+            fetch_max_bytes: num("fetch.max.bytes") as i32,
             connections_max_idle_ms: num("connections.max.idle.ms"),
             producer_id_expiration_ms: num("producer.id.expiration.ms"),
             described,

@@ -524,3 +524,25 @@ async fn shutdown_answers_long_polls_and_closes_cleanly() {
     );
     broker.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_fetch_max_bytes_caps_responses() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(dir.path(), &["fetch.max.bytes=1000"]).await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "cap", 1, &[]).await;
+    let v = "z".repeat(400);
+    for _ in 0..10 {
+        assert_eq!(
+            produce(&mut c, "cap", 0, batch(&[&v], 1_700_000_000_000), 1, 9)
+                .await
+                .0,
+            0
+        );
+    }
+    // The client asks for 50 MiB; the broker's fetch.max.bytes wins (whole batches, at least one).
+    let p = fetch(&mut c, "cap", 0, 0, 12, 10).await;
+    let n = values(p.records.as_ref().unwrap()).len();
+    assert!((1..=2).contains(&n), "{n} batches");
+    broker.stop().await.unwrap();
+}

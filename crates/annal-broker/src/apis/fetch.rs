@@ -80,10 +80,12 @@ pub async fn handle(
     let plan = Arc::new(plan);
     let max_wait = Duration::from_millis(req.max_wait_ms.clamp(0, MAX_WAIT_MS) as u64);
     let deadline = tokio::time::Instant::now() + max_wait;
+    // Before v3 there is no max_bytes; the broker's fetch.max.bytes caps every fetch (as in Kafka).
+    let broker_max = broker.config.fetch_max_bytes.max(0) as usize;
     let max_bytes = if req.max_bytes <= 0 {
-        i32::MAX as usize
+        broker_max
     } else {
-        req.max_bytes as usize
+        (req.max_bytes as usize).min(broker_max)
     };
     let min_bytes = req.min_bytes.max(0) as usize;
     let mut appended = broker.appended.subscribe();
