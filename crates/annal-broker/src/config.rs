@@ -181,6 +181,7 @@ pub const BROKER_SETTINGS: &[Setting] = &[
     setting("log.flush.interval.ms", long(0), "9223372036854775807"),
     setting("socket.request.max.bytes", int(1), "104857600"),
     setting("fetch.max.bytes", int(0), "57671680"),
+    setting("max.incremental.fetch.session.cache.slots", int(0), "1000"),
     setting("connections.max.idle.ms", long(1), "600000"),
     setting("producer.id.expiration.ms", int(1), "86400000"),
     setting("transactional.id.expiration.ms", int(1), "604800000"),
@@ -254,6 +255,8 @@ pub struct BrokerConfig {
     pub socket_request_max_bytes: i32,
     /// `fetch.max.bytes`: the most a fetch response carries, whatever the client asks (one batch may exceed it).
     pub fetch_max_bytes: i32,
+    /// `max.incremental.fetch.session.cache.slots`: KIP-227 sessions kept; 0 serves every fetch sessionless.
+    pub fetch_session_slots: usize,
     pub connections_max_idle_ms: i64,
     pub producer_id_expiration_ms: i64,
     /// Every honoured setting's effective value and source, for DescribeConfigs on the broker resource.
@@ -437,6 +440,7 @@ impl BrokerConfig {
             flush_ms: num("log.flush.interval.ms"),
             socket_request_max_bytes: num("socket.request.max.bytes") as i32,
             fetch_max_bytes: num("fetch.max.bytes") as i32,
+            fetch_session_slots: num("max.incremental.fetch.session.cache.slots") as usize,
             connections_max_idle_ms: num("connections.max.idle.ms"),
             producer_id_expiration_ms: num("producer.id.expiration.ms"),
             described,

@@ -34,6 +34,8 @@ pub struct Broker {
     pub advertised: (String, u16),
     /// Bumped after every append, so long-polling fetches wake up and look again.
     pub appended: tokio::sync::watch::Sender<u64>,
+    /// KIP-227 incremental fetch sessions.
+    pub fetch_sessions: apis::fetch_session::FetchSessions,
     /// Becomes true when the broker shuts down; long polls end early.
     pub shutting_down: tokio::sync::watch::Receiver<bool>,
 }
@@ -93,6 +95,7 @@ pub async fn run_with_listener(
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (appended, _) = tokio::sync::watch::channel(0u64);
+    let fetch_sessions = apis::fetch_session::FetchSessions::new(config.fetch_session_slots);
     let broker = Arc::new(Broker {
         config,
         cluster_id,
@@ -100,6 +103,7 @@ pub async fn run_with_listener(
         producer_ids,
         advertised,
         appended,
+        fetch_sessions,
         shutting_down: stop_rx.clone(),
     });
     tracing::info!(

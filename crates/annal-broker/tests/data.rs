@@ -344,7 +344,9 @@ async fn idempotent_producer_dedup_and_errors() {
 async fn fetch_sessions_limits_and_topic_ids() {
     use fetch_request::{FetchPartition, FetchTopic};
     let dir = tempfile::tempdir().unwrap();
-    let broker = TestBroker::start(dir.path(), &[]).await;
+    // With no session slots, session requests are refused the way Kafka refuses them when its cache is full.
+    let broker =
+        TestBroker::start(dir.path(), &["max.incremental.fetch.session.cache.slots=0"]).await;
     let mut c = broker.client().await;
     create_topic(&mut c, "fs", 2, &[]).await;
     let id = topic_id(&mut c, "fs").await;
@@ -544,5 +546,132 @@ async fn broker_fetch_max_bytes_caps_responses() {
     let p = fetch(&mut c, "cap", 0, 0, 12, 10).await;
     let n = values(p.records.as_ref().unwrap()).len();
     assert!((1..=2).contains(&n), "{n} batches");
+    broker.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incremental_fetch_sessions() {
+    use fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
+    let dir = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(dir.path(), &[]).await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "inc", 3, &[]).await;
+    let id = topic_id(&mut c, "inc").await;
+    for p in 0..3 {
+        assert_eq!(
+            produce(
+                &mut c,
+                "inc",
+                p,
+                batch(&[&format!("p{p}-0")], 1_700_000_000_000),
+                1,
+                12
+            )
+            .await
+            .0,
+            0
+        );
+    }
+    let part = |p: i32, offset: i64| {
+        FetchPartition::default()
+            .with_partition(p)
+            .with_fetch_offset(offset)
+            .with_partition_max_bytes(1 << 20)
+    };
+    let req = |session_id: i32, epoch: i32, parts: Vec<FetchPartition>, forgotten: Vec<i32>| {
+        let mut r = FetchRequest::default()
+            .with_max_wait_ms(50)
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_session_id(session_id)
+            .with_session_epoch(epoch);
+        if !parts.is_empty() {
+            r.topics = vec![FetchTopic::default()
+                .with_topic_id(id)
+                .with_partitions(parts)];
+        }
+        if !forgotten.is_empty() {
+            r.forgotten_topics_data = vec![ForgottenTopic::default()
+                .with_topic_id(id)
+                .with_partitions(forgotten)];
+        }
+        r
+    };
+    let seen = |r: &FetchResponse| -> Vec<(i32, usize)> {
+        r.responses
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| (p.partition_index, values(p.records.as_ref().unwrap()).len()))
+            })
+            .collect()
+    };
+    // Full fetch that opens a session: every partition answered.
+    let r = c
+        .call(
+            &req(0, 0, vec![part(0, 0), part(1, 0), part(2, 0)], vec![]),
+            13,
+        )
+        .await;
+    assert_eq!(r.error_code, 0);
+    let session = r.session_id;
+    assert_ne!(session, 0, "a session is granted");
+    assert_eq!(seen(&r), vec![(0, 1), (1, 1), (2, 1)]);
+    // Incremental: the client moves its offsets; nothing new anywhere, so nothing is answered.
+    let r = c
+        .call(
+            &req(session, 1, vec![part(0, 1), part(1, 1), part(2, 1)], vec![]),
+            13,
+        )
+        .await;
+    assert_eq!((r.error_code, r.session_id), (0, session));
+    assert_eq!(seen(&r), vec![]);
+    // New data on partition 1 only: only partition 1 comes back, though the request names no partition.
+    assert_eq!(
+        produce(&mut c, "inc", 1, batch(&["p1-1"], 1_700_000_000_000), 1, 12)
+            .await
+            .0,
+        0
+    );
+    let r = c.call(&req(session, 2, vec![], vec![]), 13).await;
+    assert_eq!(seen(&r), vec![(1, 1)]);
+    assert_eq!(r.responses[0].partitions[0].high_watermark, 2);
+    // Forget partition 0; new data there is then not sent.
+    assert_eq!(
+        produce(&mut c, "inc", 0, batch(&["p0-1"], 1_700_000_000_000), 1, 12)
+            .await
+            .0,
+        0
+    );
+    let r = c
+        .call(&req(session, 3, vec![part(1, 2)], vec![0]), 13)
+        .await;
+    assert_eq!(seen(&r), vec![]);
+    // Wrong epoch, unknown session.
+    assert_eq!(
+        c.call(&req(session, 9, vec![], vec![]), 13)
+            .await
+            .error_code,
+        71
+    );
+    assert_eq!(
+        c.call(&req(session + 1000, 1, vec![], vec![]), 13)
+            .await
+            .error_code,
+        70
+    );
+    // Closing (FINAL_EPOCH) then a full sessionless fetch.
+    let r = c
+        .call(&req(session, -1, vec![part(0, 0)], vec![]), 13)
+        .await;
+    assert_eq!((r.error_code, r.session_id), (0, 0));
+    assert_eq!(seen(&r), vec![(0, 2)]);
+    assert_eq!(
+        c.call(&req(session, 4, vec![], vec![]), 13)
+            .await
+            .error_code,
+        70
+    );
     broker.stop().await.unwrap();
 }

@@ -5,6 +5,7 @@ pub mod admin;
 pub mod api_versions;
 pub mod configs;
 pub mod fetch;
+pub mod fetch_session;
 pub mod metadata;
 pub mod offsets;
 pub mod produce;
