@@ -71,7 +71,12 @@ pub async fn handle(
     } else {
         match (req.session_id, req.session_epoch) {
             (0, -1) => (Mode::Sessionless, requested),
-            (0, 0) if sessions.enabled() => (Mode::New, requested),
+            (0, 0)
+                if sessions.enabled()
+                    && requested.len() <= fetch_session::MAX_PARTITIONS_PER_SESSION =>
+            {
+                (Mode::New, requested)
+            }
             (0, 0) => (Mode::Sessionless, requested),
             (0, _) => return session_error(code::INVALID_FETCH_SESSION_EPOCH),
             (id, -1) => {

@@ -40,6 +40,10 @@ pub struct FetchSessions {
     inner: Mutex<(i32 /* last id */, HashMap<i32, Session>)>,
 }
 
+/// Most partitions one session may hold, so a few clients cannot make the cache hold unbounded memory.
+/// A larger consumer is served sessionless (full fetches), which is still correct.
+pub const MAX_PARTITIONS_PER_SESSION: usize = 10_000;
+
 /// The entries to fetch: key, offset, per-partition max bytes.
 pub type Entries = Vec<(Key, i64, i32)>;
 
@@ -131,6 +135,11 @@ impl FetchSessions {
         }
         for key in forgotten {
             session.parts.shift_remove(key);
+        }
+        if session.parts.len() > MAX_PARTITIONS_PER_SESSION {
+            // Too big to keep: drop it; the client's next full fetch is then served sessionless.
+            guard.1.remove(&id);
+            return Err(super::code::FETCH_SESSION_ID_NOT_FOUND);
         }
         Ok(session
             .parts
