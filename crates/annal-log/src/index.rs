@@ -56,12 +56,16 @@ impl IndexFile {
     }
 
     fn open_existing(path: &Path) -> crate::Result<(IndexFile, Vec<u8>)> {
+        use std::io::Seek;
         let bytes = std::fs::read(path).map_err(|e| LogError::io("read index", path, e))?;
-        let file = OpenOptions::new()
+        let mut file = OpenOptions::new()
             .read(true)
             .write(true)
             .open(path)
             .map_err(|e| LogError::io("open index", path, e))?;
+        // Entries are appended at the cursor: start after the existing ones, not over them.
+        file.seek(std::io::SeekFrom::End(0))
+            .map_err(|e| LogError::io("seek index", path, e))?;
         Ok((
             IndexFile {
                 path: path.to_path_buf(),
@@ -72,9 +76,16 @@ impl IndexFile {
     }
 
     fn append(&mut self, bytes: &[u8]) -> crate::Result<()> {
-        self.file
-            .write_all(bytes)
-            .map_err(|e| LogError::io("append to index", &self.path, e))
+        use std::io::Seek;
+        let end = self
+            .file
+            .stream_position()
+            .map_err(|e| LogError::io("append to index", &self.path, e))?;
+        self.file.write_all(bytes).map_err(|e| {
+            // A partial entry (disk full) would shift every later entry: cut it off.
+            let _ = self.truncate_to(end);
+            LogError::io("append to index", &self.path, e)
+        })
     }
 
     fn truncate_to(&mut self, len: u64) -> crate::Result<()> {
@@ -175,17 +186,13 @@ impl OffsetIndex {
         Ok(())
     }
 
-    /// The position to start scanning from for `relative_offset`: the entry with the largest offset at or below
-    /// it, or the segment start.
-    pub fn lookup(&self, relative_offset: u32) -> u32 {
+    /// Where to start scanning for `relative_offset`: the entry with the largest offset at or below it, or
+    /// `None` (scan from the segment start).
+    pub fn lookup(&self, relative_offset: u32) -> Option<OffsetEntry> {
         let count = self
             .entries
             .partition_point(|e| e.relative_offset <= relative_offset);
-        if count == 0 {
-            0
-        } else {
-            self.entries[count - 1].position
-        }
+        count.checked_sub(1).map(|i| self.entries[i])
     }
 
     /// Drops entries for batches at or past `position` (the log was truncated there).

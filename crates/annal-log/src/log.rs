@@ -640,6 +640,13 @@ impl Log {
                 }
             }
         }
+        // Segments wholly below the log start (left by truncation or DeleteRecords) go too, as Kafka's
+        // log-start-offset breach retention does.
+        for seg in self.segments.values() {
+            if seg.next_offset() <= self.log_start_offset && !doomed.contains(&seg.base_offset()) {
+                doomed.push(seg.base_offset());
+            }
+        }
         let active_base = self.active().base_offset();
         doomed.retain(|b| *b != active_base);
         for base in &doomed {

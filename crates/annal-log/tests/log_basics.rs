@@ -3,6 +3,9 @@
 use annal_log::batch::{self, build_batch, build_uncompressed_batch, ProducerFields};
 use annal_log::{AppendOptions, Log, LogConfig, LogError, TimestampType};
 
+/// A (key, value) record for `build_batch`.
+type Record<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
 fn opts(now_ms: i64) -> AppendOptions {
     AppendOptions {
         now_ms,
@@ -12,8 +15,7 @@ fn opts(now_ms: i64) -> AppendOptions {
 
 fn batch_of(n: usize, value_len: usize, ts: i64) -> Vec<u8> {
     let value = vec![b'x'; value_len];
-    let records: Vec<(Option<&[u8]>, Option<&[u8]>)> =
-        (0..n).map(|_| (None, Some(value.as_slice()))).collect();
+    let records: Vec<Record> = (0..n).map(|_| (None, Some(value.as_slice()))).collect();
     build_uncompressed_batch(&records, ts)
 }
 
@@ -136,7 +138,7 @@ fn clean_and_unclean_reopen_keep_everything() {
     drop(log); // no close: unclean
     let log = Log::open(dir.path(), small_segments()).unwrap();
     assert_eq!(log.log_end_offset(), 62);
-    assert_eq!(log.read(61, 1, None).unwrap().slice.is_some(), true);
+    assert!(log.read(61, 1, None).unwrap().slice.is_some());
 }
 
 #[test]
