@@ -284,6 +284,20 @@ async fn every_advertised_version_answers() {
         tested.insert((ApiKey::OffsetForLeaderEpoch as i16, v));
     }
 
+    for v in 1..=4 {
+        let resp = c
+            .call(&DescribeLogDirsRequest::default().with_topics(None), v)
+            .await;
+        assert_eq!(resp.results.len(), 1, "describe log dirs v{v}");
+        let t = resp.results[0]
+            .topics
+            .iter()
+            .find(|t| t.name.0.as_str() == T)
+            .expect("topic listed");
+        assert!(t.partitions[0].partition_size > 0);
+        tested.insert((ApiKey::DescribeLogDirs as i16, v));
+    }
+
     for v in 0..=2 {
         let req = DeleteRecordsRequest::default()
             .with_timeout_ms(1000)

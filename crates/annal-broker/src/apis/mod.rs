@@ -39,6 +39,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
+    (ApiKey::DescribeLogDirs, 1, 4),
 ];
 
 pub fn supported(key: ApiKey) -> Option<(i16, i16)> {
@@ -221,6 +222,14 @@ pub async fn dispatch(
                 offsets::offset_for_leader_epoch
             )
         }
+        ApiKey::DescribeLogDirs => route!(
+            broker,
+            key,
+            header,
+            buf,
+            DescribeLogDirsRequest,
+            admin::describe_log_dirs
+        ),
         ApiKey::Fetch => route!(broker, key, header, buf, FetchRequest, fetch::handle),
         ApiKey::Produce if header.request_api_version < 3 => {
             match produce::legacy_unsupported(header.request_api_version, &buf) {
