@@ -57,11 +57,15 @@ impl IndexFile {
 
     fn open_existing(path: &Path) -> crate::Result<(IndexFile, Vec<u8>)> {
         let bytes = std::fs::read(path).map_err(|e| LogError::io("read index", path, e))?;
-        let file = OpenOptions::new()
+        let mut file = OpenOptions::new()
             .read(true)
             .write(true)
             .open(path)
             .map_err(|e| LogError::io("open index", path, e))?;
+        // New entries go after the existing ones: without this, appends after a reopen overwrote the first entries.
+        use std::io::Seek;
+        file.seek(std::io::SeekFrom::End(0))
+            .map_err(|e| LogError::io("seek index", path, e))?;
         Ok((
             IndexFile {
                 path: path.to_path_buf(),

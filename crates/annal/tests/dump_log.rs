@@ -151,6 +151,13 @@ fn lists_segments_and_decodes_every_codec() {
         "small segments should have rolled: {logs:?}"
     );
     let before = snapshot_files(dir.path());
+    if let Some(keep) = std::env::var_os("ANNAL_DUMP_TEST_KEEP") {
+        // For checking the same files with Kafka's own kafka.tools.DumpLogSegments by hand.
+        std::fs::create_dir_all(&keep).unwrap();
+        for (path, bytes) in &before {
+            std::fs::write(Path::new(&keep).join(path.file_name().unwrap()), bytes).unwrap();
+        }
+    }
 
     let (out, text) = dump(&[dir.path().to_str().unwrap()]);
     assert!(
@@ -314,4 +321,27 @@ fn reports_corrupt_and_truncated_files_without_changing_them() {
         snapshot_files(dir.path()),
         "dump-log must not modify files"
     );
+}
+
+/// Indexes stay consistent with the log across a clean close and reopen (appends after reopening must extend
+/// the index files, not overwrite them).
+#[test]
+fn indexes_stay_consistent_after_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    write_partition(dir.path());
+    let config = LogConfig {
+        segment_bytes: 1 << 20,
+        index_interval_bytes: 1024,
+        ..LogConfig::default()
+    };
+    let mut log = Log::open(dir.path(), config).expect("reopen log");
+    for round in 0..3 {
+        let mut bytes = encoded_batch(Compression::None, &format!("reopened{round}"), 10);
+        log.append(&mut bytes, &AppendOptions::default())
+            .expect("append after reopen");
+    }
+    log.close().expect("close log");
+    let (out, text) = dump(&[dir.path().to_str().unwrap(), "--index"]);
+    assert!(out.status.success(), "{text}");
+    assert!(!text.contains("PROBLEM"), "{text}");
 }
