@@ -58,7 +58,7 @@ fn one_batch(records: usize) -> Vec<u8> {
     let value: Vec<u8> = (0..RECORD_VALUE_BYTES)
         .map(|i| (i * 131 % 251) as u8)
         .collect();
-    let recs: Vec<(Option<&[u8]>, Option<&[u8]>)> = vec![(None, Some(value.as_slice())); records];
+    let recs = vec![(None, Some(value.as_slice())); records];
     batch::build_uncompressed_batch(&recs, annal_log_now_ms())
 }
 

@@ -888,7 +888,8 @@ fn dump_offset_index<W: Write>(
         return Ok(());
     };
     out.line(format!("Dumping {}", path.display()))?;
-    if bytes.len() as u64 % OFFSET_ENTRY != 0 {
+    let torn_bytes = bytes.len() as u64 % OFFSET_ENTRY;
+    if torn_bytes > 0 {
         out.problem(format!(
             "{name}: {} bytes is not a whole number of 8-byte entries (torn last entry)",
             bytes.len()
@@ -952,7 +953,8 @@ fn dump_time_index<W: Write>(
         return Ok(());
     };
     out.line(format!("Dumping {}", path.display()))?;
-    if bytes.len() as u64 % TIME_ENTRY != 0 {
+    let torn_bytes = bytes.len() as u64 % TIME_ENTRY;
+    if torn_bytes > 0 {
         out.problem(format!(
             "{name}: {} bytes is not a whole number of 12-byte entries (torn last entry)",
             bytes.len()
