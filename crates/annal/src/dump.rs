@@ -241,15 +241,32 @@ const OFFSET_ENTRY: u64 = 8;
 const TIME_ENTRY: u64 = 12;
 
 fn entry_count(path: &Path, entry_size: u64) -> String {
-    match std::fs::metadata(path) {
-        Ok(m) if m.len() % entry_size == 0 => (m.len() / entry_size).to_string(),
-        Ok(m) => format!(
-            "{} (+{} torn bytes)",
-            m.len() / entry_size,
-            m.len() % entry_size
-        ),
-        Err(_) => "missing".into(),
+    let bytes = match read_index(path) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return "missing".into(),
+        Err(e) => return format!("unreadable ({e:#})"),
+    };
+    let whole = bytes.len() / entry_size as usize;
+    let live = live_entries(&bytes, entry_size as usize);
+    let mut text = live.to_string();
+    if live < whole {
+        let _ = write!(text, " (+{} preallocated)", whole - live);
     }
+    let torn = bytes.len() % entry_size as usize;
+    if torn > 0 {
+        let _ = write!(text, " (+{torn} torn bytes)");
+    }
+    text
+}
+
+/// Entries before the first all-zero one. Kafka preallocates the active segment's index files
+/// (`segment.index.bytes`) and fills them from the front; an all-zero entry is never a real one (the first batch
+/// of a segment gets no index entry, and timestamps are not 0), so it marks the end.
+fn live_entries(bytes: &[u8], entry_size: usize) -> usize {
+    bytes
+        .chunks_exact(entry_size)
+        .position(|e| e.iter().all(|b| *b == 0))
+        .unwrap_or(bytes.len() / entry_size)
 }
 
 fn dump_checkpoint<W: Write>(out: &mut Out<W>, path: &Path) -> anyhow::Result<()> {
@@ -290,6 +307,9 @@ fn dump_snapshot<W: Write>(out: &mut Out<W>, path: &Path) -> anyhow::Result<()> 
         Ok(state) => {
             let mut producers: Vec<_> = state.producers().collect();
             producers.sort_by_key(|p| p.producer_id);
+            if producers.is_empty() {
+                out.line("  (no producers)")?;
+            }
             for p in producers {
                 let mut line = format!(
                     "  producerId: {} producerEpoch: {} coordinatorEpoch: {} currentTxnFirstOffset: {} lastTimestamp: {}",
@@ -903,7 +923,7 @@ fn dump_offset_index<W: Write>(
         let relative = u32::from_be_bytes([entry[0], entry[1], entry[2], entry[3]]);
         let position = u32::from_be_bytes([entry[4], entry[5], entry[6], entry[7]]);
         // Kafka preallocates index files: zero entries after the first mean "end of entries".
-        if i > 0 && relative == 0 && position == 0 {
+        if relative == 0 && position == 0 {
             out.line(format!(
                 "{name}: zero-filled (preallocated) space from entry {i} on"
             ))?;
@@ -978,7 +998,7 @@ fn dump_time_index<W: Write>(
     for (i, entry) in bytes.chunks_exact(TIME_ENTRY as usize).enumerate() {
         let timestamp = i64::from_be_bytes(entry[0..8].try_into().expect("8 bytes"));
         let relative = u32::from_be_bytes([entry[8], entry[9], entry[10], entry[11]]);
-        if i > 0 && relative == 0 && timestamp == 0 {
+        if relative == 0 && timestamp == 0 {
             out.line(format!(
                 "{name}: zero-filled (preallocated) space from entry {i} on"
             ))?;

@@ -345,3 +345,26 @@ fn indexes_stay_consistent_after_reopening() {
     assert!(out.status.success(), "{text}");
     assert!(!text.contains("PROBLEM"), "{text}");
 }
+
+/// Kafka preallocates the active segment's index files with zeros; those are not entries, and not problems.
+#[test]
+fn kafka_style_preallocated_indexes_are_understood() {
+    let dir = tempfile::tempdir().unwrap();
+    write_partition(dir.path());
+    let last = segments(dir.path()).pop().unwrap();
+    for (suffix, entry) in [("index", 8usize), ("timeindex", 12)] {
+        let path = last.with_extension(suffix);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes.resize(bytes.len() + 1000 * entry, 0);
+        std::fs::write(&path, &bytes).unwrap();
+    }
+    let (out, text) = dump(&[last.to_str().unwrap(), "--index"]);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("zero-filled (preallocated) space from entry"),
+        "{text}"
+    );
+    let (out, text) = dump(&[dir.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("(+1000 preallocated)"), "{text}");
+}
