@@ -149,14 +149,25 @@ fn log_append_once(batches: &mut [Vec<u8>], config: &LogConfig) -> Duration {
     let mut log = Log::open(dir.path(), config.clone()).expect("open log");
     let opts = AppendOptions::default();
     let start = Stopwatch::start(allow_cpu_clock);
+    let mut slowest = Duration::ZERO;
     for b in batches.iter_mut() {
+        let one = Instant::now();
         log.append(b, &opts).expect("append");
+        slowest = slowest.max(one.elapsed());
     }
     let elapsed = start.elapsed();
+    SLOWEST_APPEND_NS.fetch_max(
+        slowest.as_nanos() as u64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     drop(log);
     drop(dir);
     elapsed
 }
+
+/// The slowest single `append` (wall clock) since the last reset: with a roll, the roll's fsync of the full old
+/// segment. Printed by the paired mode.
+static SLOWEST_APPEND_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// The baseline writer: `pwrite`s each batch at the end of a file, starting a new file at `segment_bytes` (as the
 /// log rolls), with `fdatasync` every `fsync_every` bytes if given.
@@ -432,6 +443,17 @@ fn paired() {
             runs.push((plain, log));
         }
         print_paired("append_1KiB_records", name, bytes, &runs);
+        println!(
+            "{:<22} {:<8} slowest single append (wall): {:.1} ms{}",
+            "",
+            name.trim_end_matches("_batches"),
+            SLOWEST_APPEND_NS.swap(0, std::sync::atomic::Ordering::Relaxed) as f64 / 1e6,
+            if bytes > LogConfig::default().segment_bytes {
+                " (includes the roll: fsync of the full 1 GiB segment)"
+            } else {
+                ""
+            }
+        );
         drop(batches);
 
         let fixture = read_fixture(target, total);
