@@ -519,6 +519,13 @@ fn implausible(header: &BatchHeader, remaining: u64) -> Option<String> {
     if header.magic != MAGIC_V2 {
         return Some(format!("magic byte {} is not 2", header.magic));
     }
+    // Kafka offsets are non-negative; the bound keeps `base + delta + 1` from overflowing.
+    if header.base_offset < 0 || header.base_offset > i64::MAX - i64::from(i32::MAX) - 1 {
+        return Some(format!(
+            "base offset {} is out of range",
+            header.base_offset
+        ));
+    }
     if header.last_offset_delta < 0 {
         return Some(format!(
             "last offset delta {} is negative",
@@ -790,7 +797,7 @@ fn decompress(codec: Compression, input: &[u8], max_bytes: usize) -> Result<Vec<
     let bounded = |reader: &mut dyn Read| -> Result<Vec<u8>, String> {
         let mut out = Vec::new();
         reader
-            .take(max_bytes as u64 + 1)
+            .take((max_bytes as u64).saturating_add(1))
             .read_to_end(&mut out)
             .map_err(|e| format!("{} data is corrupt: {e}", codec.name()))?;
         if out.len() > max_bytes {
@@ -930,7 +937,7 @@ fn dump_offset_index<W: Write>(
             break;
         }
         entries += 1;
-        let offset = base_offset + i64::from(relative);
+        let offset = base_offset.saturating_add(i64::from(relative));
         out.line(format!("offset: {offset} position: {position}"))?;
         if let Some((prev_rel, prev_pos)) = previous {
             if relative <= prev_rel || position <= prev_pos {
@@ -988,7 +995,7 @@ fn dump_time_index<W: Write>(
         .chunks_exact(OFFSET_ENTRY as usize)
         .map(|e| {
             (
-                base_offset + i64::from(u32::from_be_bytes([e[0], e[1], e[2], e[3]])),
+                base_offset.saturating_add(i64::from(u32::from_be_bytes([e[0], e[1], e[2], e[3]]))),
                 u64::from(u32::from_be_bytes([e[4], e[5], e[6], e[7]])),
             )
         })
@@ -1005,7 +1012,7 @@ fn dump_time_index<W: Write>(
             break;
         }
         entries += 1;
-        let offset = base_offset + i64::from(relative);
+        let offset = base_offset.saturating_add(i64::from(relative));
         out.line(format!("timestamp: {timestamp} offset: {offset}"))?;
         if previous_timestamp.is_some_and(|p| p >= timestamp) {
             out.problem(format!(

@@ -308,6 +308,17 @@ fn reports_corrupt_and_truncated_files_without_changing_them() {
     assert!(!out.status.success());
     assert!(text.contains("invalid bytes at the end of"), "{text}");
 
+    // A batch whose base offset (outside the CRC) was rewritten to near i64::MAX: reported, no overflow.
+    let mut huge = std::fs::read(&logs[1]).unwrap();
+    huge[..8].copy_from_slice(&(i64::MAX - 3).to_be_bytes());
+    let huge_path = dir.path().join("00000000000000009998.log");
+    std::fs::write(&huge_path, &huge).unwrap();
+    let (out, text) = dump(&[huge_path.to_str().unwrap(), "--print-records", "--index"]);
+    assert!(!out.status.success());
+    assert!(text.contains("is out of range"), "{text}");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+    std::fs::remove_file(&huge_path).unwrap();
+
     // Garbage that is not a segment at all, and a directory entry that is not a partition file.
     let garbage = dir.path().join("00000000000000009999.log");
     std::fs::write(&garbage, [0xffu8; 100]).unwrap();
