@@ -301,8 +301,9 @@ pub fn validate_batches(bytes: &[u8], max_batch_bytes: u32) -> crate::Result<Vec
     Ok(batches)
 }
 
-/// Walks the records of an uncompressed batch by their length prefixes: the count must match and the records
-/// must exactly fill the batch. Cheap (no per-field decoding) and catches producers that lie about counts.
+/// Walks the records of an uncompressed batch field by field: the count must match, every length must fit
+/// inside its record, and the records must exactly fill the batch. Only varints are decoded (no copies), so a
+/// producer cannot store a record that consumers would fail to parse (Kafka validates the same way).
 fn check_uncompressed_records(mut records: &[u8], records_count: i32) -> Result<(), String> {
     for index in 0..records_count {
         let (length, used) = read_varint(records)
@@ -312,12 +313,65 @@ fn check_uncompressed_records(mut records: &[u8], records_count: i32) -> Result<
                 "record {index}: length {length} overruns the batch"
             ));
         }
+        let body = &records[used..used + length as usize];
+        check_record_body(body).map_err(|reason| format!("record {index}: {reason}"))?;
         records = &records[used + length as usize..];
     }
     if !records.is_empty() {
         return Err(format!(
             "{} bytes follow the last of {records_count} records",
             records.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Checks one record's fields: attributes, timestamp delta, offset delta, key, value, headers.
+fn check_record_body(body: &[u8]) -> Result<(), String> {
+    let mut rest = body.get(1..).ok_or("empty record")?; // attributes
+    let take_varlong = |rest: &mut &[u8], what: &str| -> Result<i64, String> {
+        let (value, used) = read_varlong(rest).ok_or_else(|| format!("malformed {what}"))?;
+        *rest = &rest[used..];
+        Ok(value)
+    };
+    let take_varint = |rest: &mut &[u8], what: &str| -> Result<i32, String> {
+        let (value, used) = read_varint(rest).ok_or_else(|| format!("malformed {what}"))?;
+        *rest = &rest[used..];
+        Ok(value)
+    };
+    let take_bytes = |rest: &mut &[u8], what: &str, nullable: bool| -> Result<(), String> {
+        let (len, used) = read_varint(rest).ok_or_else(|| format!("malformed {what} length"))?;
+        *rest = &rest[used..];
+        if len == -1 && nullable {
+            return Ok(());
+        }
+        if len < 0 || len as usize > rest.len() {
+            return Err(format!(
+                "{what} length {len} is invalid or overruns the record"
+            ));
+        }
+        *rest = &rest[len as usize..];
+        Ok(())
+    };
+    take_varlong(&mut rest, "timestamp delta")?;
+    take_varint(&mut rest, "offset delta")?;
+    take_bytes(&mut rest, "key", true)?;
+    take_bytes(&mut rest, "value", true)?;
+    let headers = take_varint(&mut rest, "header count")?;
+    // Each header needs at least two bytes, so a count beyond that is a lie (checked before looping).
+    if headers < 0 || headers as usize > rest.len() / 2 {
+        return Err(format!(
+            "header count {headers} is invalid for the bytes left"
+        ));
+    }
+    for _ in 0..headers {
+        take_bytes(&mut rest, "header key", false)?;
+        take_bytes(&mut rest, "header value", true)?;
+    }
+    if !rest.is_empty() {
+        return Err(format!(
+            "{} unparsed bytes at the end of the record",
+            rest.len()
         ));
     }
     Ok(())

@@ -87,7 +87,11 @@ impl IndexFile {
     fn append(&mut self, bytes: &[u8]) -> crate::Result<()> {
         self.pending.extend_from_slice(bytes);
         if self.pending.len() >= PENDING_MAX {
-            self.write_pending()?;
+            if let Err(e) = self.write_pending() {
+                // The caller does not record this entry: keep the buffer to the entries it does record.
+                self.pending.truncate(self.pending.len() - bytes.len());
+                return Err(e);
+            }
         }
         Ok(())
     }
@@ -97,9 +101,12 @@ impl IndexFile {
             return Ok(());
         }
         use std::os::unix::fs::FileExt;
-        self.file
-            .write_all_at(&self.pending, self.written)
-            .map_err(|e| LogError::io("append to index", &self.path, e))?;
+        if let Err(e) = self.file.write_all_at(&self.pending, self.written) {
+            // A partial entry (disk full) would shift every later entry: cut it off. The entries stay buffered
+            // and are written by the next attempt.
+            let _ = self.file.set_len(self.written);
+            return Err(LogError::io("append to index", &self.path, e));
+        }
         self.written += self.pending.len() as u64;
         self.pending.clear();
         Ok(())
@@ -216,17 +223,13 @@ impl OffsetIndex {
         Ok(())
     }
 
-    /// The position to start scanning from for `relative_offset`: the entry with the largest offset at or below
-    /// it, or the segment start.
-    pub fn lookup(&self, relative_offset: u32) -> u32 {
+    /// Where to start scanning for `relative_offset`: the entry with the largest offset at or below it, or
+    /// `None` (scan from the segment start).
+    pub fn lookup(&self, relative_offset: u32) -> Option<OffsetEntry> {
         let count = self
             .entries
             .partition_point(|e| e.relative_offset <= relative_offset);
-        if count == 0 {
-            0
-        } else {
-            self.entries[count - 1].position
-        }
+        count.checked_sub(1).map(|i| self.entries[i])
     }
 
     /// Drops entries for batches at or past `position` (the log was truncated there).

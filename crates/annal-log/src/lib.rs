@@ -23,6 +23,7 @@ pub mod batch;
 mod checkpoint;
 mod config;
 mod error;
+mod group_commit;
 mod index;
 mod log;
 pub mod producer;
@@ -31,7 +32,10 @@ mod slice;
 
 pub use crate::config::LogConfig;
 pub use crate::error::LogError;
-pub use crate::log::{AppendInfo, AppendOptions, AppendOrigin, Log, LogRead, TimestampType};
+pub use crate::group_commit::{DurableError, DurableLog, DurableWait, GroupCommit};
+pub use crate::log::{
+    AppendInfo, AppendOptions, AppendOrigin, Log, LogRead, SegmentInfo, SyncHandle, TimestampType,
+};
 pub use crate::slice::FileSlice;
 
 /// Result alias for engine operations.

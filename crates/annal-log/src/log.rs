@@ -331,7 +331,15 @@ impl Log {
             .iter()
             .map(|v| i64::from(v.header.records_count))
             .sum();
-        self.maybe_roll(batches.len() as u64, total_records, opts.now_ms)?;
+        let incoming_max_timestamp = match opts.timestamp_type {
+            TimestampType::LogAppendTime => opts.now_ms,
+            TimestampType::CreateTime => validated
+                .iter()
+                .map(|v| v.header.max_timestamp)
+                .max()
+                .unwrap_or(opts.now_ms),
+        };
+        self.maybe_roll(batches.len() as u64, total_records, incoming_max_timestamp)?;
 
         let first_offset = self.log_end_offset();
         let mut next = first_offset;
@@ -374,13 +382,16 @@ impl Log {
         })
     }
 
-    /// Rolls to a new segment when the active one cannot take `incoming_bytes` more, has aged past `segment.ms`,
-    /// has full indexes, or could not express the new offsets relative to its base.
+    /// Rolls to a new segment when the active one cannot take `incoming_bytes` more, spans more than
+    /// `segment.ms`, has full indexes, or could not express the new offsets relative to its base.
+    ///
+    /// As in Kafka, time-based rolling compares the incoming batches' timestamp with the segment's first
+    /// batch's, not with the wall clock, so a producer replaying old data does not roll a segment per append.
     fn maybe_roll(
         &mut self,
         incoming_bytes: u64,
         incoming_records: i64,
-        now_ms: i64,
+        incoming_max_timestamp: i64,
     ) -> crate::Result<()> {
         let active = self.active();
         if active.is_empty() {
@@ -389,7 +400,7 @@ impl Log {
         let too_big = active.size() + incoming_bytes > self.config.segment_bytes;
         let too_old = active
             .first_batch_timestamp()
-            .is_some_and(|ts| now_ms.saturating_sub(ts) > self.config.segment_ms);
+            .is_some_and(|ts| incoming_max_timestamp.saturating_sub(ts) > self.config.segment_ms);
         let offsets_overflow = !active.can_hold_offset(active.next_offset() + incoming_records);
         if too_big || too_old || active.indexes_full() || offsets_overflow {
             self.roll()?;
@@ -489,15 +500,31 @@ impl Log {
     }
 
     /// The largest timestamp in the log and the last offset of the batch that carries it.
+    ///
+    /// The offset is the first record carrying that timestamp (as Kafka answers ListOffsets MAX_TIMESTAMP) when
+    /// the batch is uncompressed; for a compressed batch it is the batch's last offset.
     pub fn max_timestamp(&self) -> Option<(i64, i64)> {
-        self.segments
+        let (segment, ts, batch_last_offset) = self
+            .segments
             .values()
             .filter(|s| s.next_offset() > self.log_start_offset)
-            .filter_map(Segment::max_timestamp)
-            .fold(None, |best: Option<(i64, i64)>, (ts, off)| match best {
-                Some((b, _)) if b >= ts => best,
-                _ => Some((ts, off)),
-            })
+            .filter_map(|s| s.max_timestamp().map(|(ts, off)| (s, ts, off)))
+            .fold(
+                None,
+                |best: Option<(&Segment, i64, i64)>, (s, ts, off)| match best {
+                    Some((_, b, _)) if b >= ts => best,
+                    _ => Some((s, ts, off)),
+                },
+            )?;
+        let exact = segment
+            .first_offset_with_timestamp(batch_last_offset, ts)
+            .unwrap_or(None);
+        Some((
+            ts,
+            exact
+                .unwrap_or(batch_last_offset)
+                .max(self.log_start_offset),
+        ))
     }
 
     /// Removes every batch from the one containing `offset` on (replication's truncation). The log end becomes
@@ -611,6 +638,13 @@ impl Log {
                 if !doomed.contains(&seg.base_offset()) {
                     doomed.push(seg.base_offset());
                 }
+            }
+        }
+        // Segments wholly below the log start (left by truncation or DeleteRecords) go too, as Kafka's
+        // log-start-offset breach retention does.
+        for seg in self.segments.values() {
+            if seg.next_offset() <= self.log_start_offset && !doomed.contains(&seg.base_offset()) {
+                doomed.push(seg.base_offset());
             }
         }
         let active_base = self.active().base_offset();

@@ -58,14 +58,22 @@ impl Segment {
             .create_new(true)
             .open(&log_path)
             .map_err(|e| LogError::io("create segment", &log_path, e))?;
-        let offset_index = OffsetIndex::create(
-            &dir.join(file_name(base_offset, "index")),
-            config.segment_index_bytes,
-        )?;
-        let time_index = TimeIndex::create(
-            &dir.join(file_name(base_offset, "timeindex")),
-            config.segment_index_bytes,
-        )?;
+        let index_path = dir.join(file_name(base_offset, "index"));
+        let time_path = dir.join(file_name(base_offset, "timeindex"));
+        let indexes = OffsetIndex::create(&index_path, config.segment_index_bytes).and_then(|o| {
+            TimeIndex::create(&time_path, config.segment_index_bytes).map(|t| (o, t))
+        });
+        let (offset_index, time_index) = match indexes {
+            Ok(indexes) => indexes,
+            Err(e) => {
+                // Out of inodes or space: leave nothing behind, or the next roll would find the segment file
+                // already there and fail for good.
+                for path in [&log_path, &index_path, &time_path] {
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(e);
+            }
+        };
         Ok(Segment {
             base_offset,
             log_path,
@@ -397,9 +405,32 @@ impl Segment {
             let _ = self.file.set_len(start);
             return Err(LogError::io("append to segment", &self.log_path, e));
         }
+        let before = (
+            self.next_offset,
+            self.max_timestamp,
+            self.first_batch_timestamp,
+            self.bytes_since_last_index_entry,
+        );
         let mut position = start;
         for header in headers {
-            self.index_batch(header, position)?;
+            if let Err(e) = self.index_batch(header, position) {
+                // An index write failed (disk full) after the batches were written: take them out again, or
+                // recovery after a crash would bring back an append that was reported as failed.
+                let _ = self.file.set_len(start);
+                let _ = self.offset_index.truncate_to_position(start as u32);
+                if let Some(first) = headers.first() {
+                    let _ = self
+                        .time_index
+                        .truncate_to_offset(self.relative(first.base_offset));
+                }
+                (
+                    self.next_offset,
+                    self.max_timestamp,
+                    self.first_batch_timestamp,
+                    self.bytes_since_last_index_entry,
+                ) = before;
+                return Err(e);
+            }
             position += header.size() as u64;
         }
         debug_assert_eq!(position, start + bytes.len() as u64);
@@ -430,7 +461,21 @@ impl Segment {
             return Ok(None);
         }
         let relative = (offset - self.base_offset).clamp(0, i64::from(u32::MAX)) as u32;
-        let mut position = u64::from(self.offset_index.lookup(relative));
+        let mut position = 0;
+        if let Some(entry) = self.offset_index.lookup(relative) {
+            // The load checks cannot see an entry that is in order and in range but wrong (a damaged file);
+            // the batch it points at must be the one it names, else scan from the segment start.
+            match self.header_at(u64::from(entry.position)) {
+                Ok(h) if h.last_offset() == self.base_offset + i64::from(entry.relative_offset) => {
+                    position = u64::from(entry.position)
+                }
+                _ => tracing::warn!(
+                    segment = %self.log_path.display(),
+                    ?entry,
+                    "offset index entry does not match the log; scanning the segment from its start (delete the .index file and restart to rebuild it)"
+                ),
+            }
+        }
         while position < self.size {
             let header = self.header_at(position)?;
             if header.last_offset() >= offset {
@@ -491,18 +536,21 @@ impl Segment {
                 self.file
                     .read_exact_at(&mut bytes, position)
                     .map_err(|e| LogError::io("read segment", &self.log_path, e))?;
-                if let Some(timestamps) = batch::record_timestamps(&bytes) {
-                    if !header.is_log_append_time() {
+                match batch::record_timestamps(&bytes) {
+                    Some(timestamps) if !header.is_log_append_time() => {
                         for (delta, ts) in timestamps.into_iter().enumerate() {
                             let offset = header.base_offset + delta as i64;
                             if ts >= timestamp && offset >= from_offset {
                                 return Ok(Some((offset, ts)));
                             }
                         }
+                        // The later timestamps are all below the log start: look on, as Kafka does.
+                    }
+                    _ => {
+                        let offset = header.base_offset.max(from_offset);
+                        return Ok(Some((offset, header.max_timestamp)));
                     }
                 }
-                let offset = header.base_offset.max(from_offset);
-                return Ok(Some((offset, header.max_timestamp)));
             }
             let next = position + header.size() as u64;
             cursor = if next < self.size {
@@ -512,6 +560,30 @@ impl Segment {
             };
         }
         Ok(None)
+    }
+
+    /// The first record of the batch containing `offset` whose timestamp is `timestamp`: exact for uncompressed
+    /// `CreateTime` batches, the base offset for `LogAppendTime` ones (every record has the batch's time), and
+    /// `None` for compressed batches (records are not decompressed).
+    pub fn first_offset_with_timestamp(
+        &self,
+        offset: i64,
+        timestamp: i64,
+    ) -> crate::Result<Option<i64>> {
+        let Some((position, header)) = self.find_batch(offset)? else {
+            return Ok(None);
+        };
+        if header.is_log_append_time() {
+            return Ok(Some(header.base_offset));
+        }
+        let mut bytes = vec![0u8; header.size()];
+        self.file
+            .read_exact_at(&mut bytes, position)
+            .map_err(|e| LogError::io("read segment", &self.log_path, e))?;
+        Ok(batch::record_timestamps(&bytes).and_then(|timestamps| {
+            let index = timestamps.iter().position(|&ts| ts == timestamp)?;
+            Some(header.base_offset + index as i64)
+        }))
     }
 
     /// Cuts the segment before the batch containing `offset`. Returns the bytes removed.

@@ -3,6 +3,9 @@
 use annal_log::batch::{self, build_batch, build_uncompressed_batch, ProducerFields};
 use annal_log::{AppendOptions, Log, LogConfig, LogError, TimestampType};
 
+/// A (key, value) record for `build_batch`.
+type Record<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
 fn opts(now_ms: i64) -> AppendOptions {
     AppendOptions {
         now_ms,
@@ -12,8 +15,7 @@ fn opts(now_ms: i64) -> AppendOptions {
 
 fn batch_of(n: usize, value_len: usize, ts: i64) -> Vec<u8> {
     let value = vec![b'x'; value_len];
-    let records: Vec<(Option<&[u8]>, Option<&[u8]>)> =
-        (0..n).map(|_| (None, Some(value.as_slice()))).collect();
+    let records: Vec<Record> = (0..n).map(|_| (None, Some(value.as_slice()))).collect();
     build_uncompressed_batch(&records, ts)
 }
 
@@ -108,6 +110,18 @@ fn timestamp_lookup_finds_first_record_at_or_after() {
     assert_eq!(log.offset_for_timestamp(106).unwrap(), Some((22, 110)));
     assert_eq!(log.offset_for_timestamp(396).unwrap(), None);
     assert_eq!(log.max_timestamp(), Some((395, 79)));
+    // Out of order inside one batch: the first record carrying the maximum.
+    let values = [
+        (None, Some(b"a".as_slice())),
+        (None, Some(b"b".as_slice())),
+        (None, Some(b"c".as_slice())),
+    ];
+    log.append(
+        &mut build_batch(&values, &[1000, 5000, 2000], ProducerFields::default()),
+        &opts(0),
+    )
+    .unwrap();
+    assert_eq!(log.max_timestamp(), Some((5000, 81)));
 }
 
 #[test]
@@ -124,7 +138,7 @@ fn clean_and_unclean_reopen_keep_everything() {
     drop(log); // no close: unclean
     let log = Log::open(dir.path(), small_segments()).unwrap();
     assert_eq!(log.log_end_offset(), 62);
-    assert_eq!(log.read(61, 1, None).unwrap().slice.is_some(), true);
+    assert!(log.read(61, 1, None).unwrap().slice.is_some());
 }
 
 #[test]
