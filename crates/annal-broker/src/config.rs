@@ -180,6 +180,8 @@ pub const BROKER_SETTINGS: &[Setting] = &[
     ),
     setting("log.flush.interval.ms", long(0), "9223372036854775807"),
     setting("socket.request.max.bytes", int(1), "104857600"),
+    setting("fetch.max.bytes", int(0), "57671680"),
+    setting("max.incremental.fetch.session.cache.slots", int(0), "1000"),
     setting("connections.max.idle.ms", long(1), "600000"),
     setting("producer.id.expiration.ms", int(1), "86400000"),
     setting("transactional.id.expiration.ms", int(1), "604800000"),
@@ -260,6 +262,10 @@ pub struct BrokerConfig {
     pub flush_messages: i64,
     pub flush_ms: i64,
     pub socket_request_max_bytes: i32,
+    /// `fetch.max.bytes`: the most a fetch response carries, whatever the client asks (one batch may exceed it).
+    pub fetch_max_bytes: i32,
+    /// `max.incremental.fetch.session.cache.slots`: KIP-227 sessions kept; 0 serves every fetch sessionless.
+    pub fetch_session_slots: usize,
     pub connections_max_idle_ms: i64,
     pub producer_id_expiration_ms: i64,
     /// The group coordinator's settings (`offsets.*`, `group.*`).
@@ -334,12 +340,12 @@ impl BrokerConfig {
         };
         let listen = match (listen, explicit.get("listeners")) {
             (Some(l), _) => l,
-            (None, Some(l)) => parse_listener("listeners", l)?,
+            (None, Some(l)) => parse_listener("listeners", l, &explicit)?,
             (None, None) => "127.0.0.1:9092".to_string(),
         };
         let advertised = match explicit.get("advertised.listeners") {
             Some(l) => {
-                let hp = parse_listener("advertised.listeners", l)?;
+                let hp = parse_listener("advertised.listeners", l, &explicit)?;
                 let (host, port) = split_host_port(&hp).ok_or_else(|| {
                     anyhow!("advertised.listeners='{l}': expected PLAINTEXT://HOST:PORT")
                 })?;
@@ -444,6 +450,8 @@ impl BrokerConfig {
             flush_messages: num("log.flush.interval.messages"),
             flush_ms: num("log.flush.interval.ms"),
             socket_request_max_bytes: num("socket.request.max.bytes") as i32,
+            fetch_max_bytes: num("fetch.max.bytes") as i32,
+            fetch_session_slots: num("max.incremental.fetch.session.cache.slots") as usize,
             connections_max_idle_ms: num("connections.max.idle.ms"),
             producer_id_expiration_ms: num("producer.id.expiration.ms"),
             groups: crate::group::GroupConfig {
@@ -475,6 +483,13 @@ fn source_of(explicit: &BTreeMap<String, String>, prefix: &str) -> Source {
 
 /// Validates and records one `key=value`; unknown keys are an error unless Kafka-only and harmless.
 fn set(explicit: &mut BTreeMap<String, String>, key: &str, value: &str) -> anyhow::Result<()> {
+    // Listener naming settings are kept (not honoured) only to pick the client listener out of `listeners`.
+    if matches!(
+        key,
+        "controller.listener.names" | "listener.security.protocol.map"
+    ) {
+        explicit.insert(key.to_string(), value.trim().to_string());
+    }
     if let Some(s) = BROKER_SETTINGS.iter().find(|s| s.name == key) {
         let v = s.kind.validate(key, value)?;
         explicit.insert(key.to_string(), v);
@@ -545,22 +560,50 @@ pub fn parse_properties(text: &str) -> Vec<(usize, String, String)> {
     out
 }
 
-/// `PLAINTEXT://host:port[,...]` → `host:port` of the single PLAINTEXT listener.
-fn parse_listener(name: &str, value: &str) -> anyhow::Result<String> {
-    let list: Vec<&str> = value
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .collect();
-    if list.len() != 1 {
-        bail!("{name}='{value}': Annal serves exactly one PLAINTEXT listener; give one, e.g. PLAINTEXT://127.0.0.1:9092");
+/// The client listener's `host:port` out of Kafka's `listeners` syntax (`NAME://host:port,...`). Controller
+/// listeners (named in `controller.listener.names`) are skipped; the one left must be PLAINTEXT (by name or through
+/// `listener.security.protocol.map`), since Annal has no TLS or SASL yet.
+fn parse_listener(
+    name: &str,
+    value: &str,
+    explicit: &BTreeMap<String, String>,
+) -> anyhow::Result<String> {
+    let controllers: Vec<String> = explicit
+        .get("controller.listener.names")
+        .map(|v| {
+            v.split(',')
+                .map(|s| s.trim().to_ascii_uppercase())
+                .collect()
+        })
+        .unwrap_or_default();
+    let protocol_of = |listener: &str| -> String {
+        explicit
+            .get("listener.security.protocol.map")
+            .and_then(|m| {
+                m.split(',').find_map(|pair| {
+                    let (l, p) = pair.split_once(':')?;
+                    (l.trim().eq_ignore_ascii_case(listener)).then(|| p.trim().to_ascii_uppercase())
+                })
+            })
+            .unwrap_or_else(|| listener.to_ascii_uppercase())
+    };
+    let mut chosen = Vec::new();
+    for entry in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (listener, addr) = entry
+            .split_once("://")
+            .ok_or_else(|| anyhow!("{name}='{value}': expected NAME://HOST:PORT entries, e.g. PLAINTEXT://127.0.0.1:9092"))?;
+        if controllers.contains(&listener.to_ascii_uppercase()) {
+            continue;
+        }
+        if protocol_of(listener) != "PLAINTEXT" {
+            bail!("{name}='{value}': listener {listener} is not PLAINTEXT; Annal has no TLS or SASL yet");
+        }
+        chosen.push(addr);
     }
-    let (proto, addr) = list[0]
-        .split_once("://")
-        .ok_or_else(|| anyhow!("{name}='{value}': expected PLAINTEXT://HOST:PORT"))?;
-    if !proto.eq_ignore_ascii_case("PLAINTEXT") {
-        bail!("{name}='{value}': only PLAINTEXT listeners are supported (no TLS/SASL yet)");
+    if chosen.len() != 1 {
+        bail!("{name}='{value}': Annal serves exactly one client listener; give one, e.g. PLAINTEXT://127.0.0.1:9092");
     }
+    let addr = chosen[0];
     let addr = if addr.starts_with(':') {
         format!("0.0.0.0{addr}")
     } else {
@@ -615,6 +658,30 @@ mod tests {
             c.described["num.partitions"],
             ("5".to_string(), Source::Static)
         );
+    }
+
+    #[test]
+    fn kafka_kraft_server_properties_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("server.properties");
+        std::fs::write(
+            &path,
+            "process.roles=broker,controller\nnode.id=1\ncontroller.quorum.voters=1@127.0.0.1:19093\n\
+             listeners=PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093\n\
+             advertised.listeners=PLAINTEXT://127.0.0.1:19092\ninter.broker.listener.name=PLAINTEXT\n\
+             controller.listener.names=CONTROLLER\n\
+             listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\nlog.dirs=/tmp/kraft\n\
+             offsets.topic.replication.factor=1\ngroup.initial.rebalance.delay.ms=0\n",
+        )
+        .unwrap();
+        let c = BrokerConfig::load(Some(&path), &[], None, None).unwrap();
+        assert_eq!(c.listen, "127.0.0.1:19092");
+        assert_eq!(c.advertised, Some(("127.0.0.1".to_string(), 19092)));
+        assert_eq!(c.node_id, 1);
+        assert_eq!(c.data_dir, PathBuf::from("/tmp/kraft"));
+        let e =
+            BrokerConfig::load(None, &["listeners=SSL://:9093".into()], None, None).unwrap_err();
+        assert!(format!("{e:#}").contains("not PLAINTEXT"), "{e:#}");
     }
 
     #[test]

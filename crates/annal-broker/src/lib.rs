@@ -37,6 +37,8 @@ pub struct Broker {
     pub advertised: (String, u16),
     /// Bumped after every append, so long-polling fetches wake up and look again.
     pub appended: tokio::sync::watch::Sender<u64>,
+    /// KIP-227 incremental fetch sessions.
+    pub fetch_sessions: apis::fetch_session::FetchSessions,
     /// Becomes true when the broker shuts down; long polls end early.
     pub shutting_down: tokio::sync::watch::Receiver<bool>,
 }
@@ -97,6 +99,7 @@ pub async fn run_with_listener(
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (appended, _) = tokio::sync::watch::channel(0u64);
+    let fetch_sessions = apis::fetch_session::FetchSessions::new(config.fetch_session_slots);
     let broker = Arc::new(Broker {
         config,
         cluster_id,
@@ -105,6 +108,7 @@ pub async fn run_with_listener(
         groups: groups.clone(),
         advertised,
         appended,
+        fetch_sessions,
         shutting_down: stop_rx.clone(),
     });
     tracing::info!(
@@ -138,8 +142,7 @@ pub async fn run_with_listener(
 /// Housekeeping: every second, fsync logs whose `flush.ms` is due; every `log.retention.check.interval.ms`,
 /// apply retention.
 async fn retention_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Receiver<bool>) {
-    let retention_every =
-        Duration::from_millis(broker.config.retention_check_interval_ms.max(1) as u64);
+    let retention_every = config_duration(broker.config.retention_check_interval_ms);
     let tick = retention_every.min(Duration::from_secs(1));
     let mut next_retention = tokio::time::Instant::now() + retention_every;
     loop {
@@ -233,4 +236,9 @@ pub async fn shutdown_signal() {
 /// Resolves once `stop` is true (or its sender is gone). Keeps the watch guard inside, so callers stay `Send`.
 pub(crate) async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
+}
+
+/// A millisecond setting as a Duration, capped at a year so deadline arithmetic can never overflow.
+pub(crate) fn config_duration(ms: i64) -> Duration {
+    Duration::from_millis(ms.clamp(1, 365 * 24 * 3_600_000) as u64)
 }

@@ -59,8 +59,22 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, mut stop: watch::
         connections = connections.len(),
         "stopped accepting; finishing in-flight requests"
     );
-    while connections.join_next().await.is_some() {}
+    // A request in flight finishes; a peer that stops reading its response cannot hold the shutdown forever.
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            connections = connections.len(),
+            "connections still busy after the shutdown grace period; closing them"
+        );
+        connections.shutdown().await;
+    }
 }
+
+/// How long shutdown waits for in-flight requests.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
 async fn connection(
     mut stream: TcpStream,
@@ -68,7 +82,7 @@ async fn connection(
     mut stop: watch::Receiver<bool>,
     budget: Arc<Semaphore>,
 ) -> Result<(), Close> {
-    let idle = Duration::from_millis(broker.config.connections_max_idle_ms.max(1) as u64);
+    let idle = crate::config_duration(broker.config.connections_max_idle_ms);
     let max = broker.config.socket_request_max_bytes as usize;
     loop {
         let mut size = [0u8; 4];
@@ -100,10 +114,15 @@ async fn connection(
         let response = handle_frame(&broker, Bytes::from(frame)).await?;
         drop(permit);
         if let Some(response) = response {
-            stream
-                .write_all(&response)
-                .await
-                .map_err(|e| Close(format!("write failed: {e}")))?;
+            match tokio::time::timeout(idle, stream.write_all(&response)).await {
+                Err(_) => {
+                    return Err(Close(
+                        "client did not read its response within connections.max.idle.ms".into(),
+                    ))
+                }
+                Ok(Err(e)) => return Err(Close(format!("write failed: {e}"))),
+                Ok(Ok(())) => {}
+            }
         }
     }
 }

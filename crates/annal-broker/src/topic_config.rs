@@ -266,33 +266,36 @@ pub enum ConfigSource {
 /// The engine settings for a topic with these overrides.
 pub fn log_config(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -> LogConfig {
     let num = |name: &str| -> i64 { effective(name, overrides, broker).0.parse().unwrap_or(0) };
-    let mut c = LogConfig::default();
-    c.segment_bytes = (num("segment.bytes").max(14) as u64).min(LogConfig::SEGMENT_BYTES_MAX);
-    c.segment_ms = num("segment.ms").max(1);
     let compact_only = effective("cleanup.policy", overrides, broker).0 == "compact";
-    // Annal does not compact yet: a compact-only topic keeps everything, a superset of what compaction keeps.
-    c.retention_ms = if compact_only {
-        -1
-    } else {
-        num("retention.ms")
-    };
-    c.retention_bytes = if compact_only {
-        -1
-    } else {
-        num("retention.bytes")
-    };
-    c.max_message_bytes = num("max.message.bytes").clamp(0, i32::MAX as i64) as u32;
-    c.index_interval_bytes = num("index.interval.bytes").clamp(0, i32::MAX as i64) as u32;
-    c.segment_index_bytes = num("segment.index.bytes").clamp(4, i32::MAX as i64) as u32;
-    let fm = num("flush.messages");
-    c.flush_messages = if fm <= 0 || fm == i64::MAX {
-        u64::MAX
-    } else {
-        fm as u64
-    };
-    c.flush_ms = num("flush.ms");
-    c.producer_id_expiration_ms = broker.producer_id_expiration_ms;
-    c
+    let flush_messages = num("flush.messages");
+    // Engine settings without a topic config keep their defaults (also any the engine adds later).
+    #[allow(clippy::needless_update)]
+    LogConfig {
+        segment_bytes: (num("segment.bytes").max(14) as u64).min(LogConfig::SEGMENT_BYTES_MAX),
+        segment_ms: num("segment.ms").max(1),
+        // Annal does not compact yet: a compact-only topic keeps everything, a superset of what compaction keeps.
+        retention_ms: if compact_only {
+            -1
+        } else {
+            num("retention.ms")
+        },
+        retention_bytes: if compact_only {
+            -1
+        } else {
+            num("retention.bytes")
+        },
+        max_message_bytes: num("max.message.bytes").clamp(0, i32::MAX as i64) as u32,
+        index_interval_bytes: num("index.interval.bytes").clamp(0, i32::MAX as i64) as u32,
+        segment_index_bytes: num("segment.index.bytes").clamp(4, i32::MAX as i64) as u32,
+        flush_messages: if flush_messages <= 0 || flush_messages == i64::MAX {
+            u64::MAX
+        } else {
+            flush_messages as u64
+        },
+        flush_ms: num("flush.ms"),
+        producer_id_expiration_ms: broker.producer_id_expiration_ms,
+        ..LogConfig::default()
+    }
 }
 
 /// True when the topic stamps LogAppendTime on appended batches.

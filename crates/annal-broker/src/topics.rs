@@ -238,16 +238,28 @@ impl Topics {
         };
         self.persist(&next)?;
         *self.by_name.write() = next;
-        for p in &topic.partitions {
-            let dir = partition_dir(&self.data_dir, &topic.name, p.index);
-            // Requests holding this partition finish against the open files; the directory goes now.
-            if let Err(e) = std::fs::remove_dir_all(&dir) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!(dir = %dir.display(), error = %e, "could not remove a deleted topic's partition directory; remove it by hand");
+        let id = topic.id;
+        let (name, partitions) = match Arc::try_unwrap(topic) {
+            Ok(t) => (t.name, t.partitions),
+            Err(shared) => (shared.name.clone(), shared.partitions.clone()),
+        };
+        for p in partitions {
+            let dir = partition_dir(&self.data_dir, &name, p.index);
+            // Sole owner: let the engine delete its files. A request still holding the partition finishes
+            // against the open files; the directory goes now either way.
+            let removed = match Arc::try_unwrap(p) {
+                Ok(p) => p.log.into_inner().delete().map_err(|e| e.to_string()),
+                Err(_) => Err("partition in use".into()),
+            };
+            if removed.is_err() {
+                if let Err(e) = std::fs::remove_dir_all(&dir) {
+                    if e.kind() != std::io::ErrorKind::NotFound {
+                        tracing::warn!(dir = %dir.display(), error = %e, "could not remove a deleted topic's partition directory; remove it by hand");
+                    }
                 }
             }
         }
-        Ok(Some(topic.id))
+        Ok(Some(id))
     }
 
     /// Grows a topic to `count` partitions.
@@ -385,9 +397,32 @@ fn remove_orphans(data_dir: &Path, topics: &BTreeMap<String, Arc<Topic>>) {
         let known = topics
             .get(topic)
             .is_some_and(|t| (part as usize) < t.partitions.len());
+        if !known && !looks_like_partition_dir(&entry.path()) {
+            tracing::warn!(dir = %entry.path().display(), "directory in the data directory is not a known partition; left alone");
+            continue;
+        }
         if !known {
             tracing::warn!(dir = %entry.path().display(), "removing the directory of a deleted partition");
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
+}
+
+/// True if every file in `dir` is one the engine writes (segments, indexes, snapshots, checkpoints), so removing
+/// it cannot destroy anything else that happens to be named like `<name>-<number>`.
+fn looks_like_partition_dir(dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    entries.flatten().all(|e| {
+        let name = e.file_name().to_string_lossy().to_string();
+        let segment_file = name.len() > 21
+            && name.as_bytes()[..20].iter().all(u8::is_ascii_digit)
+            && name.as_bytes()[20] == b'.';
+        e.path().is_file()
+            && (segment_file
+                || name.ends_with("checkpoint")
+                || name.ends_with(".tmp")
+                || name == "partition.metadata")
+    })
 }

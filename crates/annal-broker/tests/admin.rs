@@ -141,9 +141,17 @@ async fn create_validate_describe_delete() {
     );
     assert!(dir.path().join("real-2").is_dir());
 
+    create_topic(&mut c, "a.b", 1, &[]).await;
+    let (code, msg) = err(c.call(&create_req("a_b", 1, 1, &[], false), 7).await);
+    assert_eq!(code, 17, "{msg}");
     let md = metadata(&mut c, None, false).await;
-    assert_eq!(md.topics.len(), 1);
-    assert_eq!(md.topics[0].partitions.len(), 3);
+    assert_eq!(md.topics.len(), 2);
+    let real = md
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().unwrap().as_str() == "real")
+        .unwrap();
+    assert_eq!(real.partitions.len(), 3);
     assert_eq!(
         topic_config(&mut c, "real", "retention.ms").await,
         ("60000".to_string(), 1)

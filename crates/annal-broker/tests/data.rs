@@ -339,3 +339,339 @@ async fn idempotent_producer_dedup_and_errors() {
     );
     broker.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_sessions_limits_and_topic_ids() {
+    use fetch_request::{FetchPartition, FetchTopic};
+    let dir = tempfile::tempdir().unwrap();
+    // With no session slots, session requests are refused the way Kafka refuses them when its cache is full.
+    let broker =
+        TestBroker::start(dir.path(), &["max.incremental.fetch.session.cache.slots=0"]).await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "fs", 2, &[]).await;
+    let id = topic_id(&mut c, "fs").await;
+    for i in 0..10 {
+        let v = format!("{i:0>300}");
+        assert_eq!(
+            produce(&mut c, "fs", i % 2, batch(&[&v], 1_700_000_000_000), 1, 9)
+                .await
+                .0,
+            0
+        );
+    }
+    let req =
+        |session_id: i32, epoch: i32, max_bytes: i32, partition_max: i32, topic_id: uuid::Uuid| {
+            FetchRequest::default()
+                .with_max_wait_ms(10)
+                .with_min_bytes(1)
+                .with_max_bytes(max_bytes)
+                .with_session_id(session_id)
+                .with_session_epoch(epoch)
+                .with_topics(vec![FetchTopic::default()
+                    .with_topic_id(topic_id)
+                    .with_partitions(
+                        (0..2)
+                            .map(|p| {
+                                FetchPartition::default()
+                                    .with_partition(p)
+                                    .with_fetch_offset(0)
+                                    .with_partition_max_bytes(partition_max)
+                            })
+                            .collect(),
+                    )])
+        };
+    // A request for a new session (id 0, epoch 0) is served sessionless: session id 0 in the answer.
+    let r = c.call(&req(0, 0, 1 << 20, 1 << 20, id), 13).await;
+    assert_eq!((r.error_code, r.session_id), (0, 0));
+    assert_eq!(r.responses[0].topic_id, id);
+    assert_eq!(
+        values(r.responses[0].partitions[0].records.as_ref().unwrap()).len(),
+        5
+    );
+    // A session we never handed out.
+    assert_eq!(
+        c.call(&req(1234, 1, 1 << 20, 1 << 20, id), 13)
+            .await
+            .error_code,
+        70
+    );
+    assert_eq!(
+        c.call(&req(0, 5, 1 << 20, 1 << 20, id), 13)
+            .await
+            .error_code,
+        71
+    );
+    // Unknown topic id.
+    let r = c
+        .call(&req(0, -1, 1 << 20, 1 << 20, uuid::Uuid::new_v4()), 13)
+        .await;
+    assert_eq!(r.responses[0].partitions[0].error_code, 100);
+    // partition_max_bytes: one batch per partition at least for the first, limits respected after it.
+    let r = c.call(&req(0, -1, 1 << 20, 1, id), 13).await;
+    let first = values(r.responses[0].partitions[0].records.as_ref().unwrap()).len();
+    let second = r.responses[0].partitions[1]
+        .records
+        .as_ref()
+        .map_or(0, |b| b.len());
+    assert_eq!(
+        (first, second),
+        (1, 0),
+        "first partition gets one batch past the limit, the next none"
+    );
+    // max_bytes across partitions.
+    let r = c.call(&req(0, -1, 700, 1 << 20, id), 13).await;
+    let total: usize = r.responses[0]
+        .partitions
+        .iter()
+        .map(|p| p.records.as_ref().map_or(0, |b| b.len()))
+        .sum();
+    assert!(total <= 1400 && total > 0, "total {total}");
+    broker.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_runs_per_topic_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(dir.path(), &["log.retention.check.interval.ms=200"]).await;
+    let mut c = broker.client().await;
+    create_topic(
+        &mut c,
+        "ret",
+        1,
+        &[("segment.bytes", "1024"), ("retention.bytes", "2048")],
+    )
+    .await;
+    create_topic(&mut c, "keep", 1, &[("segment.bytes", "1024")]).await;
+    let v = "y".repeat(400);
+    for _ in 0..30 {
+        assert_eq!(
+            produce(&mut c, "ret", 0, batch(&[&v], annal_broker::now_ms()), 1, 9)
+                .await
+                .0,
+            0
+        );
+        assert_eq!(
+            produce(
+                &mut c,
+                "keep",
+                0,
+                batch(&[&v], annal_broker::now_ms()),
+                1,
+                9
+            )
+            .await
+            .0,
+            0
+        );
+    }
+    let started = Instant::now();
+    loop {
+        let p = fetch(&mut c, "ret", 0, 29, 12, 10).await;
+        if p.log_start_offset > 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "retention never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        fetch(&mut c, "keep", 0, 0, 12, 10).await.log_start_offset,
+        0
+    );
+    broker.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_answers_long_polls_and_closes_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(dir.path(), &[]).await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "sd", 1, &[]).await;
+    assert_eq!(
+        produce(&mut c, "sd", 0, batch(&["x"], 1_700_000_000_000), 1, 9)
+            .await
+            .0,
+        0
+    );
+    let addr = broker.addr;
+    let poll = tokio::spawn(async move {
+        let mut c2 = Client::connect(addr).await;
+        fetch(&mut c2, "sd", 0, 1, 12, 30_000).await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    broker.stop().await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
+    let p = poll.await.unwrap();
+    assert_eq!((p.error_code, p.high_watermark), (0, 1));
+    // Clean shutdown, then a restart finds the record.
+    let broker = TestBroker::start(dir.path(), &[]).await;
+    let mut c = broker.client().await;
+    assert_eq!(
+        values(
+            fetch(&mut c, "sd", 0, 0, 12, 10)
+                .await
+                .records
+                .as_ref()
+                .unwrap()
+        )
+        .len(),
+        1
+    );
+    broker.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_fetch_max_bytes_caps_responses() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(dir.path(), &["fetch.max.bytes=1000"]).await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "cap", 1, &[]).await;
+    let v = "z".repeat(400);
+    for _ in 0..10 {
+        assert_eq!(
+            produce(&mut c, "cap", 0, batch(&[&v], 1_700_000_000_000), 1, 9)
+                .await
+                .0,
+            0
+        );
+    }
+    // The client asks for 50 MiB; the broker's fetch.max.bytes wins (whole batches, at least one).
+    let p = fetch(&mut c, "cap", 0, 0, 12, 10).await;
+    let n = values(p.records.as_ref().unwrap()).len();
+    assert!((1..=2).contains(&n), "{n} batches");
+    broker.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incremental_fetch_sessions() {
+    use fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
+    let dir = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(dir.path(), &[]).await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "inc", 3, &[]).await;
+    let id = topic_id(&mut c, "inc").await;
+    for p in 0..3 {
+        assert_eq!(
+            produce(
+                &mut c,
+                "inc",
+                p,
+                batch(&[&format!("p{p}-0")], 1_700_000_000_000),
+                1,
+                12
+            )
+            .await
+            .0,
+            0
+        );
+    }
+    let part = |p: i32, offset: i64| {
+        FetchPartition::default()
+            .with_partition(p)
+            .with_fetch_offset(offset)
+            .with_partition_max_bytes(1 << 20)
+    };
+    let req = |session_id: i32, epoch: i32, parts: Vec<FetchPartition>, forgotten: Vec<i32>| {
+        let mut r = FetchRequest::default()
+            .with_max_wait_ms(50)
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_session_id(session_id)
+            .with_session_epoch(epoch);
+        if !parts.is_empty() {
+            r.topics = vec![FetchTopic::default()
+                .with_topic_id(id)
+                .with_partitions(parts)];
+        }
+        if !forgotten.is_empty() {
+            r.forgotten_topics_data = vec![ForgottenTopic::default()
+                .with_topic_id(id)
+                .with_partitions(forgotten)];
+        }
+        r
+    };
+    let seen = |r: &FetchResponse| -> Vec<(i32, usize)> {
+        r.responses
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| (p.partition_index, values(p.records.as_ref().unwrap()).len()))
+            })
+            .collect()
+    };
+    // Full fetch that opens a session: every partition answered.
+    let r = c
+        .call(
+            &req(0, 0, vec![part(0, 0), part(1, 0), part(2, 0)], vec![]),
+            13,
+        )
+        .await;
+    assert_eq!(r.error_code, 0);
+    let session = r.session_id;
+    assert_ne!(session, 0, "a session is granted");
+    assert_eq!(seen(&r), vec![(0, 1), (1, 1), (2, 1)]);
+    // Incremental: the client moves its offsets; nothing new anywhere, so nothing is answered.
+    let r = c
+        .call(
+            &req(session, 1, vec![part(0, 1), part(1, 1), part(2, 1)], vec![]),
+            13,
+        )
+        .await;
+    assert_eq!((r.error_code, r.session_id), (0, session));
+    assert_eq!(seen(&r), vec![]);
+    // New data on partition 1 only: only partition 1 comes back, though the request names no partition.
+    assert_eq!(
+        produce(&mut c, "inc", 1, batch(&["p1-1"], 1_700_000_000_000), 1, 12)
+            .await
+            .0,
+        0
+    );
+    let r = c.call(&req(session, 2, vec![], vec![]), 13).await;
+    assert_eq!(seen(&r), vec![(1, 1)]);
+    assert_eq!(r.responses[0].partitions[0].high_watermark, 2);
+    // Forget partition 0; new data there is then not sent.
+    assert_eq!(
+        produce(&mut c, "inc", 0, batch(&["p0-1"], 1_700_000_000_000), 1, 12)
+            .await
+            .0,
+        0
+    );
+    let r = c
+        .call(&req(session, 3, vec![part(1, 2)], vec![0]), 13)
+        .await;
+    assert_eq!(seen(&r), vec![]);
+    // Wrong epoch, unknown session.
+    assert_eq!(
+        c.call(&req(session, 9, vec![], vec![]), 13)
+            .await
+            .error_code,
+        71
+    );
+    assert_eq!(
+        c.call(&req(session + 1000, 1, vec![], vec![]), 13)
+            .await
+            .error_code,
+        70
+    );
+    // Closing (FINAL_EPOCH) then a full sessionless fetch.
+    let r = c
+        .call(&req(session, -1, vec![part(0, 0)], vec![]), 13)
+        .await;
+    assert_eq!((r.error_code, r.session_id), (0, 0));
+    assert_eq!(seen(&r), vec![(0, 2)]);
+    assert_eq!(
+        c.call(&req(session, 4, vec![], vec![]), 13)
+            .await
+            .error_code,
+        70
+    );
+    broker.stop().await.unwrap();
+}

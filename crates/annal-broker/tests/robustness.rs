@@ -100,7 +100,7 @@ async fn bad_frames_close_only_their_connection() {
     send_raw_expect_close(&broker, &raw_request(999, 0, &[]), "unknown API key").await;
     send_raw_expect_close(&broker, &raw_request(-1, 0, &[]), "negative API key").await;
     send_raw_expect_close(&broker, &raw_request(3, 99, &[]), "Metadata v99").await;
-    send_raw_expect_close(&broker, &raw_request(0, 2, &[]), "Produce v2").await;
+    send_raw_expect_close(&broker, &raw_request(0, 2, &[0, 1]), "truncated Produce v2").await;
     // A known key with an undecodable body.
     send_raw_expect_close(
         &broker,
@@ -348,5 +348,29 @@ async fn many_concurrent_clients() {
         .len();
     }
     assert_eq!(total, 640);
+    broker.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_acks_zero_produce_closes_the_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(dir.path(), &[]).await;
+    let mut c = broker.client().await;
+    let req = ProduceRequest::default()
+        .with_acks(0)
+        .with_timeout_ms(1000)
+        .with_topic_data(vec![produce_request::TopicProduceData::default()
+            .with_name(name("missing"))
+            .with_partition_data(vec![
+                produce_request::PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(batch(&["x"], 1_700_000_000_000).into())),
+            ])]);
+    c.send(&req, 9).await;
+    assert!(
+        c.is_closed(Duration::from_secs(5)).await,
+        "no response can carry the error, so the broker closes"
+    );
+    still_serving(&broker).await;
     broker.stop().await.unwrap();
 }

@@ -48,6 +48,47 @@ async fn every_advertised_version_answers() {
         tested.insert((ApiKey::Metadata as i16, v));
     }
 
+    // Produce v0-2: advertised for librdkafka's compression check, answered with UNSUPPORTED_VERSION per partition.
+    for v in 0..=2i16 {
+        let mut body = Vec::new();
+        body.extend_from_slice(&1i16.to_be_bytes()); // acks
+        body.extend_from_slice(&1000i32.to_be_bytes());
+        body.extend_from_slice(&1i32.to_be_bytes()); // one topic
+        body.extend_from_slice(&(T.len() as i16).to_be_bytes());
+        body.extend_from_slice(T.as_bytes());
+        body.extend_from_slice(&1i32.to_be_bytes()); // one partition
+        body.extend_from_slice(&0i32.to_be_bytes());
+        body.extend_from_slice(&3i32.to_be_bytes());
+        body.extend_from_slice(b"abc"); // a v0/v1 message set we never look at
+        let mut frame = Vec::new();
+        frame.extend_from_slice(&0i16.to_be_bytes());
+        frame.extend_from_slice(&v.to_be_bytes());
+        frame.extend_from_slice(&77i32.to_be_bytes());
+        frame.extend_from_slice(&(-1i16).to_be_bytes());
+        frame.extend_from_slice(&body);
+        let mut out = (frame.len() as u32).to_be_bytes().to_vec();
+        out.extend_from_slice(&frame);
+        use tokio::io::AsyncWriteExt;
+        c.stream.write_all(&out).await.unwrap();
+        let resp = c.read_frame().await.expect("answered");
+        let mut want = 77i32.to_be_bytes().to_vec();
+        want.extend_from_slice(&1i32.to_be_bytes());
+        want.extend_from_slice(&(T.len() as i16).to_be_bytes());
+        want.extend_from_slice(T.as_bytes());
+        want.extend_from_slice(&1i32.to_be_bytes());
+        want.extend_from_slice(&0i32.to_be_bytes());
+        want.extend_from_slice(&35i16.to_be_bytes());
+        want.extend_from_slice(&(-1i64).to_be_bytes());
+        if v >= 2 {
+            want.extend_from_slice(&(-1i64).to_be_bytes());
+        }
+        if v >= 1 {
+            want.extend_from_slice(&0i32.to_be_bytes());
+        }
+        assert_eq!(&resp[..], &want[..], "produce v{v}");
+        tested.insert((ApiKey::Produce as i16, v));
+    }
+
     for v in 3..=12 {
         let (err, base) = produce(
             &mut c,
@@ -212,6 +253,51 @@ async fn every_advertised_version_answers() {
         tested.insert((ApiKey::DescribeProducers as i16, 0));
     }
 
+    for v in 2..=4 {
+        let req = OffsetForLeaderEpochRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![
+                offset_for_leader_epoch_request::OffsetForLeaderTopic::default()
+                    .with_topic(name(T))
+                    .with_partitions(vec![
+                        offset_for_leader_epoch_request::OffsetForLeaderPartition::default()
+                            .with_partition(0)
+                            .with_current_leader_epoch(0)
+                            .with_leader_epoch(0),
+                        offset_for_leader_epoch_request::OffsetForLeaderPartition::default()
+                            .with_partition(0)
+                            .with_current_leader_epoch(-1)
+                            .with_leader_epoch(3),
+                    ]),
+            ]);
+        let resp = c.call(&req, v).await;
+        let ps = &resp.topics[0].partitions;
+        assert_eq!(
+            (ps[0].error_code, ps[0].leader_epoch, ps[0].end_offset),
+            (0, 0, 10),
+            "offset for leader epoch v{v}"
+        );
+        assert_eq!(
+            (ps[1].error_code, ps[1].leader_epoch, ps[1].end_offset),
+            (0, -1, -1)
+        );
+        tested.insert((ApiKey::OffsetForLeaderEpoch as i16, v));
+    }
+
+    for v in 1..=4 {
+        let resp = c
+            .call(&DescribeLogDirsRequest::default().with_topics(None), v)
+            .await;
+        assert_eq!(resp.results.len(), 1, "describe log dirs v{v}");
+        let t = resp.results[0]
+            .topics
+            .iter()
+            .find(|t| t.name.0.as_str() == T)
+            .expect("topic listed");
+        assert!(t.partitions[0].partition_size > 0);
+        tested.insert((ApiKey::DescribeLogDirs as i16, v));
+    }
+
     for v in 0..=2 {
         let req = DeleteRecordsRequest::default()
             .with_timeout_ms(1000)
@@ -244,27 +330,6 @@ async fn every_advertised_version_answers() {
     }
 
     common::group_versions::exercise_group_apis(&mut c, T, &mut tested).await;
-
-    // Produce v0-2 are advertised (librdkafka enables compression only then, KAFKA-18659) but refused.
-    for v in 0..=2i16 {
-        // kafka-protocol cannot encode these versions any more: a v1 request header (api key 0, version v,
-        // correlation id, null client id) and a v0-shaped body (acks, timeout, no topics), by hand.
-        let mut frame = Vec::new();
-        frame.extend_from_slice(&0i16.to_be_bytes());
-        frame.extend_from_slice(&v.to_be_bytes());
-        frame.extend_from_slice(&7i32.to_be_bytes());
-        frame.extend_from_slice(&(-1i16).to_be_bytes());
-        frame.extend_from_slice(&1i16.to_be_bytes());
-        frame.extend_from_slice(&1000i32.to_be_bytes());
-        frame.extend_from_slice(&0i32.to_be_bytes());
-        let mut old = broker.client().await;
-        old.send_raw(&frame).await;
-        assert!(
-            old.is_closed(std::time::Duration::from_secs(5)).await,
-            "produce v{v} must be refused"
-        );
-        tested.insert((ApiKey::Produce as i16, v));
-    }
 
     let advertised_set: BTreeSet<(i16, i16)> = advertised
         .iter()

@@ -18,8 +18,10 @@
 //! Files live in `ANNAL_BENCH_DIR` (default: the system temp dir) and are deleted after every sample, which
 //! also drops their dirty pages before most of them reach the disk.
 //!
+//! Paired mode (more robust ratios on a shared machine): `ANNAL_BENCH_PAIRED=1 cargo bench -p annal-log --bench log`.
+//!
 //! Run: `cargo bench -p annal-log --bench log` then `python3 crates/annal-log/benches/ratios.py`. On a busy machine
-//! also run with `ANNAL_BENCH_CLOCK=cpu CRITERION_HOME=target/criterion-cpu` (thread CPU time instead of wall
+//! also run with `ANNAL_BENCH_CLOCK=cpu CRITERION_HOME=$PWD/target/criterion-cpu` (thread CPU time instead of wall
 //! time) and `python3 crates/annal-log/benches/ratios.py target/criterion-cpu`.
 
 use std::cell::{RefCell, RefMut};
@@ -31,9 +33,7 @@ use std::time::{Duration, Instant};
 
 use annal_log::batch::{self, BatchHeader};
 use annal_log::{AppendOptions, Log, LogConfig};
-use criterion::{
-    criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
-};
+use criterion::{criterion_group, BenchmarkId, Criterion, SamplingMode, Throughput};
 
 const KIB: usize = 1024;
 const MIB: usize = 1024 * 1024;
@@ -58,7 +58,7 @@ fn one_batch(records: usize) -> Vec<u8> {
     let value: Vec<u8> = (0..RECORD_VALUE_BYTES)
         .map(|i| (i * 131 % 251) as u8)
         .collect();
-    let recs: Vec<(Option<&[u8]>, Option<&[u8]>)> = vec![(None, Some(value.as_slice())); records];
+    let recs = vec![(None, Some(value.as_slice())); records];
     batch::build_uncompressed_batch(&recs, annal_log_now_ms())
 }
 
@@ -149,14 +149,25 @@ fn log_append_once(batches: &mut [Vec<u8>], config: &LogConfig) -> Duration {
     let mut log = Log::open(dir.path(), config.clone()).expect("open log");
     let opts = AppendOptions::default();
     let start = Stopwatch::start(allow_cpu_clock);
+    let mut slowest = Duration::ZERO;
     for b in batches.iter_mut() {
+        let one = Instant::now();
         log.append(b, &opts).expect("append");
+        slowest = slowest.max(one.elapsed());
     }
     let elapsed = start.elapsed();
+    SLOWEST_APPEND_NS.fetch_max(
+        slowest.as_nanos() as u64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     drop(log);
     drop(dir);
     elapsed
 }
+
+/// The slowest single `append` (wall clock) since the last reset: with a roll, the roll's fsync of the full old
+/// segment. Printed by the paired mode.
+static SLOWEST_APPEND_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// The baseline writer: `pwrite`s each batch at the end of a file, starting a new file at `segment_bytes` (as the
 /// log rolls), with `fdatasync` every `fsync_every` bytes if given.
@@ -395,5 +406,120 @@ fn read(c: &mut Criterion) {
     group.finish();
 }
 
+/// `ANNAL_BENCH_PAIRED=1`: instead of criterion, alternate plain and log runs (ABBA order) `ANNAL_BENCH_ROUNDS`
+/// times (default 6) and print the median of the per-round ratios. On a machine shared with other work, load
+/// drifts between criterion's benchmark functions (which run one after the other for tens of seconds); pairing
+/// each log run with a plain run moments apart cancels most of that drift.
+fn paired() {
+    let total = env_mib("ANNAL_BENCH_MIB", 1280) * MIB;
+    let rounds = env_mib("ANNAL_BENCH_ROUNDS", 6).max(1);
+    let config = LogConfig::default();
+    println!(
+        "paired runs: {rounds} rounds, {} MiB per run, clock: {}",
+        total / MIB,
+        std::env::var("ANNAL_BENCH_CLOCK").unwrap_or_else(|_| "wall".into())
+    );
+    println!(
+        "{:<22} {:<8} {:>12} {:>10} {:>16} {:>22}",
+        "benchmark",
+        "batches",
+        "plain MiB/s",
+        "log MiB/s",
+        "log/plain median",
+        "per-round log/plain"
+    );
+    for (name, target) in BATCH_SHAPES {
+        let mut batches = build_batches(target, total);
+        let bytes = batches_bytes(target, total);
+        let mut runs = Vec::new();
+        for round in 0..rounds {
+            let (plain, log) = if round % 2 == 0 {
+                let p = plain_write_once(&batches, None);
+                (p, log_append_once(&mut batches, &config))
+            } else {
+                let l = log_append_once(&mut batches, &config);
+                (plain_write_once(&batches, None), l)
+            };
+            runs.push((plain, log));
+        }
+        print_paired("append_1KiB_records", name, bytes, &runs);
+        println!(
+            "{:<22} {:<8} slowest single append (wall): {:.1} ms{}",
+            "",
+            name.trim_end_matches("_batches"),
+            SLOWEST_APPEND_NS.swap(0, std::sync::atomic::Ordering::Relaxed) as f64 / 1e6,
+            if bytes > LogConfig::default().segment_bytes {
+                " (includes the roll: fsync of the full 1 GiB segment)"
+            } else {
+                ""
+            }
+        );
+        drop(batches);
+
+        let fixture = read_fixture(target, total);
+        let mut buf = Vec::with_capacity(2 * READ_MAX_BYTES);
+        let mut plain_buf = vec![0u8; READ_MAX_BYTES];
+        let mut runs = Vec::new();
+        for round in 0..rounds {
+            let time_plain = |buf: &mut [u8]| {
+                let start = Stopwatch::start(true);
+                criterion::black_box(plain_read_all(&fixture.files, buf));
+                start.elapsed()
+            };
+            let time_log = |buf: &mut Vec<u8>| {
+                let start = Stopwatch::start(true);
+                criterion::black_box(log_read_all(&fixture.log, buf));
+                start.elapsed()
+            };
+            let (plain, log) = if round % 2 == 0 {
+                let p = time_plain(&mut plain_buf);
+                (p, time_log(&mut buf))
+            } else {
+                let l = time_log(&mut buf);
+                (time_plain(&mut plain_buf), l)
+            };
+            runs.push((plain, log));
+        }
+        print_paired("read_sequential", name, bytes, &runs);
+    }
+}
+
+fn print_paired(group: &str, shape: &str, bytes: u64, runs: &[(Duration, Duration)]) {
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        }
+    };
+    let rate = |d: Duration| bytes as f64 / d.as_secs_f64() / MIB as f64;
+    let ratios: Vec<f64> = runs
+        .iter()
+        .map(|(p, l)| p.as_secs_f64() / l.as_secs_f64())
+        .collect();
+    let listed: Vec<String> = ratios
+        .iter()
+        .map(|r| format!("{:.0}%", r * 100.0))
+        .collect();
+    println!(
+        "{group:<22} {:<8} {:>12.0} {:>10.0} {:>15.1}% {:>22}",
+        shape.trim_end_matches("_batches"),
+        median(runs.iter().map(|(p, _)| rate(*p)).collect()),
+        median(runs.iter().map(|(_, l)| rate(*l)).collect()),
+        median(ratios) * 100.0,
+        listed.join(" ")
+    );
+}
+
 criterion_group!(benches, append, append_fsync, read);
-criterion_main!(benches);
+
+fn main() {
+    if std::env::var("ANNAL_BENCH_PAIRED").is_ok_and(|v| v == "1") {
+        paired();
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

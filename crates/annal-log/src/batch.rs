@@ -178,7 +178,12 @@ pub fn sub_sequence(sequence: i32, decrement: i32) -> i32 {
 
 /// CRC-32C of a whole batch's checksummed region (attributes to the end).
 pub fn compute_crc(batch: &[u8]) -> u32 {
-    crc32c::crc32c(&batch[field::ATTRIBUTES..])
+    // crc-fast folds with (VP)CLMULQDQ: about twice the speed of `crc32c`'s SSE4.2 loop on these machines, and
+    // this CRC is most of what an append costs beyond the write itself.
+    crc_fast::checksum(
+        crc_fast::CrcAlgorithm::Crc32Iscsi,
+        &batch[field::ATTRIBUTES..],
+    ) as u32
 }
 
 /// What the engine learned from validating one batch of a producer's request.

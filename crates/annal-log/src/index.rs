@@ -11,7 +11,6 @@
 //! rebuilds its indexes from the log.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::error::LogError;
@@ -33,12 +32,21 @@ pub struct TimeEntry {
     pub relative_offset: u32,
 }
 
-/// Writes entries to an index file and remembers how many bytes it holds.
+/// Writes entries to an index file. Entries are buffered and written [`PENDING_MAX`] bytes at a time (and at
+/// every sync, truncation and drop): one small `write` per entry cost ~7% of the append throughput with 16 KiB
+/// batches. Entries not yet written are harmless after a crash: recovery rebuilds the indexes of every segment
+/// from the recovery point on, and older segments had theirs written and fsynced when they rolled.
 #[derive(Debug)]
 struct IndexFile {
     path: PathBuf,
     file: File,
+    /// Bytes in the file; `pending` follows them.
+    written: u64,
+    pending: Vec<u8>,
 }
+
+/// Index bytes buffered before they are written.
+const PENDING_MAX: usize = 4096;
 
 impl IndexFile {
     fn create_empty(path: &Path) -> crate::Result<IndexFile> {
@@ -52,57 +60,86 @@ impl IndexFile {
         Ok(IndexFile {
             path: path.to_path_buf(),
             file,
+            written: 0,
+            pending: Vec::new(),
         })
     }
 
     fn open_existing(path: &Path) -> crate::Result<(IndexFile, Vec<u8>)> {
-        use std::io::Seek;
         let bytes = std::fs::read(path).map_err(|e| LogError::io("read index", path, e))?;
-        let mut file = OpenOptions::new()
+        let file = OpenOptions::new()
             .read(true)
             .write(true)
             .open(path)
             .map_err(|e| LogError::io("open index", path, e))?;
-        // Entries are appended at the cursor: start after the existing ones, not over them.
-        file.seek(std::io::SeekFrom::End(0))
-            .map_err(|e| LogError::io("seek index", path, e))?;
         Ok((
             IndexFile {
                 path: path.to_path_buf(),
                 file,
+                // New entries go after the existing ones (positional writes: no cursor to get wrong).
+                written: bytes.len() as u64,
+                pending: Vec::new(),
             },
             bytes,
         ))
     }
 
     fn append(&mut self, bytes: &[u8]) -> crate::Result<()> {
-        use std::io::Seek;
-        let end = self
-            .file
-            .stream_position()
-            .map_err(|e| LogError::io("append to index", &self.path, e))?;
-        self.file.write_all(bytes).map_err(|e| {
-            // A partial entry (disk full) would shift every later entry: cut it off.
-            let _ = self.truncate_to(end);
-            LogError::io("append to index", &self.path, e)
-        })
-    }
-
-    fn truncate_to(&mut self, len: u64) -> crate::Result<()> {
-        self.file
-            .set_len(len)
-            .map_err(|e| LogError::io("truncate index", &self.path, e))?;
-        use std::io::Seek;
-        self.file
-            .seek(std::io::SeekFrom::Start(len))
-            .map_err(|e| LogError::io("seek index", &self.path, e))?;
+        self.pending.extend_from_slice(bytes);
+        if self.pending.len() >= PENDING_MAX {
+            if let Err(e) = self.write_pending() {
+                // The caller does not record this entry: keep the buffer to the entries it does record.
+                self.pending.truncate(self.pending.len() - bytes.len());
+                return Err(e);
+            }
+        }
         Ok(())
     }
 
-    fn sync(&self) -> crate::Result<()> {
+    fn write_pending(&mut self) -> crate::Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        use std::os::unix::fs::FileExt;
+        if let Err(e) = self.file.write_all_at(&self.pending, self.written) {
+            // A partial entry (disk full) would shift every later entry: cut it off. The entries stay buffered
+            // and are written by the next attempt.
+            let _ = self.file.set_len(self.written);
+            return Err(LogError::io("append to index", &self.path, e));
+        }
+        self.written += self.pending.len() as u64;
+        self.pending.clear();
+        Ok(())
+    }
+
+    fn truncate_to(&mut self, len: u64) -> crate::Result<()> {
+        if len >= self.written {
+            let keep = (len - self.written).min(self.pending.len() as u64);
+            self.pending.truncate(keep as usize);
+            return Ok(());
+        }
+        self.pending.clear();
+        self.file
+            .set_len(len)
+            .map_err(|e| LogError::io("truncate index", &self.path, e))?;
+        self.written = len;
+        Ok(())
+    }
+
+    fn sync(&mut self) -> crate::Result<()> {
+        self.write_pending()?;
         self.file
             .sync_data()
             .map_err(|e| LogError::io("fsync index", &self.path, e))
+    }
+}
+
+impl Drop for IndexFile {
+    fn drop(&mut self) {
+        // Best effort: a clean close has synced already; after a failure recovery rebuilds the index.
+        if let Err(e) = self.write_pending() {
+            tracing::warn!(error = %e, "could not write buffered index entries");
+        }
     }
 }
 
@@ -205,8 +242,13 @@ impl OffsetIndex {
         Ok(())
     }
 
-    pub fn sync(&self) -> crate::Result<()> {
+    pub fn sync(&mut self) -> crate::Result<()> {
         self.file.sync()
+    }
+
+    /// Writes buffered entries to the file (no fsync).
+    pub fn write_buffered(&mut self) -> crate::Result<()> {
+        self.file.write_pending()
     }
 }
 
@@ -318,8 +360,13 @@ impl TimeIndex {
         Ok(())
     }
 
-    pub fn sync(&self) -> crate::Result<()> {
+    pub fn sync(&mut self) -> crate::Result<()> {
         self.file.sync()
+    }
+
+    /// Writes buffered entries to the file (no fsync).
+    pub fn write_buffered(&mut self) -> crate::Result<()> {
+        self.file.write_pending()
     }
 }
 

@@ -669,10 +669,11 @@ impl Log {
     /// fsyncs everything appended so far.
     pub fn flush(&mut self) -> crate::Result<()> {
         let target = self.log_end_offset();
+        let recovery_point = self.recovery_point;
         for seg in self
             .segments
-            .values()
-            .filter(|s| s.next_offset() > self.recovery_point)
+            .values_mut()
+            .filter(|s| s.next_offset() > recovery_point)
         {
             seg.sync()?;
         }
@@ -720,6 +721,9 @@ impl Log {
     /// Flushes, snapshots producer state and marks a clean shutdown, so the next open skips recovery.
     pub fn close(mut self) -> crate::Result<()> {
         self.flush()?;
+        // Group commits (`mark_flushed`) advance the recovery point without touching the indexes: write and
+        // sync the active segment's buffered index entries before the checkpoint calls the shutdown clean.
+        self.active_mut().sync()?;
         let log_end = self.log_end_offset();
         self.write_producer_snapshot(log_end)?;
         self.write_checkpoint(true)

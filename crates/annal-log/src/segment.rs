@@ -143,6 +143,9 @@ impl Segment {
             report.rebuilt_indexes = Some("recovering after an unclean shutdown".into());
         }
         let valid_size = segment.rebuild_from_log(file_size)?;
+        // Rebuilt indexes go to their files now, not only when more entries arrive.
+        segment.offset_index.write_buffered()?;
+        segment.time_index.write_buffered()?;
         if valid_size < file_size {
             report.truncated_bytes = file_size - valid_size;
             tracing::warn!(
@@ -647,7 +650,7 @@ impl Segment {
     }
 
     /// fsyncs the log file and its indexes.
-    pub fn sync(&self) -> crate::Result<()> {
+    pub fn sync(&mut self) -> crate::Result<()> {
         self.file
             .sync_data()
             .map_err(|e| LogError::io("fsync segment", &self.log_path, e))?;

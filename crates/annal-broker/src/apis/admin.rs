@@ -105,9 +105,6 @@ pub async fn create_topics(
                 }
             }
         }
-        if version < 1 {
-            result.error_message = None;
-        }
         results.push(result);
     }
     CreateTopicsResponse::default().with_topics(results)
@@ -126,6 +123,19 @@ fn check_creatable(
         return Err((
             code::TOPIC_ALREADY_EXISTS,
             format!("Topic '{name}' already exists."),
+        ));
+    }
+    // Kafka refuses names that differ only by '.' versus '_' (they collide in metric names).
+    let unified = name.replace('.', "_");
+    if let Some(other) = broker
+        .topics
+        .all()
+        .into_iter()
+        .find(|t| t.name.replace('.', "_") == unified)
+    {
+        return Err((
+            code::INVALID_TOPIC_EXCEPTION,
+            format!("Topic '{name}' collides with existing topic '{}': names may not differ only by '.' and '_'", other.name),
         ));
     }
     let node = broker.config.node_id;
@@ -371,4 +381,62 @@ pub async fn create_partitions(
         results.push(r);
     }
     CreatePartitionsResponse::default().with_results(results)
+}
+
+/// DescribeLogDirs: the one data directory and the size of each partition in it (tools and UIs show topic
+/// sizes from this). Volume sizes are reported unknown (-1), as Kafka does when it cannot tell.
+pub async fn describe_log_dirs(
+    broker: &Arc<Broker>,
+    _header: &RequestHeader,
+    req: kafka_protocol::messages::DescribeLogDirsRequest,
+) -> kafka_protocol::messages::DescribeLogDirsResponse {
+    use kafka_protocol::messages::describe_log_dirs_response::{
+        DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
+    };
+    // Null: every partition. Otherwise the listed ones that exist.
+    let wanted: Option<Vec<(String, Vec<i32>)>> = req.topics.map(|ts| {
+        ts.into_iter()
+            .map(|t| (t.topic.0.to_string(), t.partitions))
+            .collect()
+    });
+    let mut topics = Vec::new();
+    for topic in broker.topics.all() {
+        let partitions: Vec<i32> = match &wanted {
+            None => (0..topic.partitions.len() as i32).collect(),
+            Some(list) => match list.iter().find(|(n, _)| *n == topic.name) {
+                Some((_, ps)) => ps.clone(),
+                None => continue,
+            },
+        };
+        let mut out = Vec::new();
+        for index in partitions {
+            if let Some(part) = usize::try_from(index)
+                .ok()
+                .and_then(|i| topic.partitions.get(i))
+            {
+                let size = part.log.lock().size_bytes();
+                out.push(
+                    DescribeLogDirsPartition::default()
+                        .with_partition_index(index)
+                        .with_partition_size(size as i64),
+                );
+            }
+        }
+        if !out.is_empty() {
+            topics.push(
+                DescribeLogDirsTopic::default()
+                    .with_name(topic_name(&topic.name))
+                    .with_partitions(out),
+            );
+        }
+    }
+    let dir = std::fs::canonicalize(&broker.config.data_dir)
+        .unwrap_or_else(|_| broker.config.data_dir.clone());
+    kafka_protocol::messages::DescribeLogDirsResponse::default().with_results(vec![
+        DescribeLogDirsResult::default()
+            .with_log_dir(s(dir.display().to_string()))
+            .with_topics(topics)
+            .with_total_bytes(-1)
+            .with_usable_bytes(-1),
+    ])
 }

@@ -31,11 +31,14 @@ pub async fn describe(
     let mut results = Vec::new();
     for r in req.resources {
         let name = r.resource_name.to_string();
-        let wanted = |key: &str| {
-            r.configuration_keys
-                .as_ref()
-                .filter(|keys| !keys.is_empty())
-                .map_or(true, |keys| keys.iter().any(|k| k.as_str() == key))
+        // Null or empty key list: every config.
+        let wanted = |key: &str| match r
+            .configuration_keys
+            .as_ref()
+            .filter(|keys| !keys.is_empty())
+        {
+            None => true,
+            Some(keys) => keys.iter().any(|k| k.as_str() == key),
         };
         let mut result = DescribeConfigsResult::default()
             .with_error_message(None)

@@ -5,6 +5,7 @@ pub mod admin;
 pub mod api_versions;
 pub mod configs;
 pub mod fetch;
+pub mod fetch_session;
 pub mod groups;
 pub mod metadata;
 pub mod offsets;
@@ -22,8 +23,7 @@ use crate::Broker;
 
 /// Every API this broker implements, with the versions it implements and tests (see docs/compatibility.md).
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    // Produce v0-2 are gone since Kafka 4.0 (KIP-896) and are refused, yet advertised from v0 as Kafka does
-    // (KAFKA-18659): librdkafka only enables compression when the advertised range includes v2.
+    // v0-2 only answer UNSUPPORTED_VERSION; see produce::legacy_unsupported.
     (ApiKey::Produce, 0, 12),
     (ApiKey::Fetch, 4, 17),
     (ApiKey::ListOffsets, 1, 9),
@@ -39,6 +39,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
+    (ApiKey::DescribeLogDirs, 1, 4),
     // Group coordinator: exactly `GroupCoordinator::api_versions()` (checked by a test).
     (ApiKey::OffsetCommit, 2, 9),
     (ApiKey::OffsetFetch, 1, 9),
@@ -54,9 +56,6 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
-
-/// The oldest Produce version this broker accepts; older ones are advertised but refused (see [`SUPPORTED`]).
-pub const PRODUCE_MIN_ACCEPTED: i16 = 3;
 
 pub fn supported(key: ApiKey) -> Option<(i16, i16)> {
     SUPPORTED
@@ -228,13 +227,25 @@ pub async fn dispatch(
                 producers::describe_producers
             )
         }
-        ApiKey::Fetch => route!(broker, key, header, buf, FetchRequest, fetch::handle),
-        ApiKey::Produce if header.request_api_version < PRODUCE_MIN_ACCEPTED => {
-            Err(Close(format!(
-                "Produce v{} was removed in Kafka 4.0; use v{PRODUCE_MIN_ACCEPTED} or later",
-                header.request_api_version
-            )))
+        ApiKey::OffsetForLeaderEpoch => {
+            route!(
+                broker,
+                key,
+                header,
+                buf,
+                OffsetForLeaderEpochRequest,
+                offsets::offset_for_leader_epoch
+            )
         }
+        ApiKey::DescribeLogDirs => route!(
+            broker,
+            key,
+            header,
+            buf,
+            DescribeLogDirsRequest,
+            admin::describe_log_dirs
+        ),
+        ApiKey::Fetch => route!(broker, key, header, buf, FetchRequest, fetch::handle),
         ApiKey::FindCoordinator => route!(
             broker,
             key,
@@ -339,9 +350,22 @@ pub async fn dispatch(
             ConsumerGroupDescribeRequest,
             groups::consumer_group_describe
         ),
+        ApiKey::Produce if header.request_api_version < 3 => {
+            match produce::legacy_unsupported(header.request_api_version, &buf) {
+                None => Ok(None),
+                Some(Err(e)) => Err(Close(e)),
+                Some(Ok(body)) => {
+                    let mut out = BytesMut::with_capacity(8 + body.len());
+                    out.extend_from_slice(&((4 + body.len()) as u32).to_be_bytes());
+                    out.extend_from_slice(&header.correlation_id.to_be_bytes());
+                    out.extend_from_slice(&body);
+                    Ok(Some(out))
+                }
+            }
+        }
         ApiKey::Produce => {
             let req: ProduceRequest = decode(key, &mut buf, header.request_api_version)?;
-            match produce::handle(broker, &header, req).await {
+            match produce::handle(broker, &header, req).await? {
                 Some(resp) => Ok(Some(encode_response(&header, &resp)?)),
                 None => Ok(None), // acks=0
             }

@@ -149,3 +149,44 @@ pub async fn delete_records(
     }
     DeleteRecordsResponse::default().with_topics(topics)
 }
+
+/// OffsetForLeaderEpoch (consumers validate their position after a leader change, KIP-320). A single node has
+/// always been leader at epoch 0, and every batch carries epoch 0: epoch 0 ends at the log end; a later epoch
+/// does not exist yet (Kafka answers -1/-1), and a current epoch above ours is one we have not seen.
+pub async fn offset_for_leader_epoch(
+    broker: &Arc<Broker>,
+    _header: &RequestHeader,
+    req: kafka_protocol::messages::OffsetForLeaderEpochRequest,
+) -> kafka_protocol::messages::OffsetForLeaderEpochResponse {
+    use kafka_protocol::messages::offset_for_leader_epoch_response::{
+        EpochEndOffset, OffsetForLeaderTopicResult,
+    };
+    const UNKNOWN_LEADER_EPOCH: i16 = 75;
+    let mut topics = Vec::new();
+    for t in req.topics {
+        let mut partitions = Vec::new();
+        for p in t.partitions {
+            let mut r = EpochEndOffset::default()
+                .with_partition(p.partition)
+                .with_leader_epoch(-1)
+                .with_end_offset(-1);
+            match partition(broker, &t.topic.0, p.partition) {
+                None => r.error_code = code::UNKNOWN_TOPIC_OR_PARTITION,
+                Some(_) if p.current_leader_epoch > 0 => r.error_code = UNKNOWN_LEADER_EPOCH,
+                Some(part) => {
+                    if p.leader_epoch == 0 {
+                        r.leader_epoch = 0;
+                        r.end_offset = part.log.lock().log_end_offset();
+                    }
+                }
+            }
+            partitions.push(r);
+        }
+        topics.push(
+            OffsetForLeaderTopicResult::default()
+                .with_topic(t.topic)
+                .with_partitions(partitions),
+        );
+    }
+    kafka_protocol::messages::OffsetForLeaderEpochResponse::default().with_topics(topics)
+}

@@ -9,23 +9,26 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse, RequestHeader};
 
 use super::offsets::{error_code, partition};
 use super::{blocking, code, s};
+use crate::server::Close;
 use crate::topic_config;
 use crate::Broker;
 
-/// Returns `None` for acks=0: the client expects no response.
+/// Returns `Ok(None)` for acks=0 (the client expects no response); `Err` closes the connection (a failed acks=0).
 pub async fn handle(
     broker: &Arc<Broker>,
     header: &RequestHeader,
     req: ProduceRequest,
-) -> Option<ProduceResponse> {
+) -> Result<Option<ProduceResponse>, Close> {
     let version = header.request_api_version;
     let acks = req.acks;
     let transactional = req.transactional_id.is_some();
     // Resolve partitions and check request-level rules first; then append everything in one blocking call.
+    type Ready = (Arc<crate::topics::Partition>, Vec<u8>, bool);
     struct Work {
         topic: usize,
         index: i32,
-        result: Result<(Arc<crate::topics::Partition>, Vec<u8>, bool), (i16, String)>,
+        /// The partition, the batches to append, and whether the topic uses LogAppendTime.
+        result: Result<Ready, (i16, String)>,
     }
     let mut topics = Vec::new();
     let mut work = Vec::new();
@@ -34,7 +37,7 @@ pub async fn handle(
         let topic = broker.topics.get(&name);
         topics.push(TopicProduceResponse::default().with_name(t.name));
         for p in t.partition_data {
-            let result = if !matches!(acks, 0 | 1 | -1) {
+            let result = if !(-1..=1).contains(&acks) {
                 Err((
                     code::INVALID_REQUIRED_ACKS,
                     format!("acks={acks} is not one of 0, 1, -1 (all)"),
@@ -140,7 +143,98 @@ pub async fn handle(
         broker.notify_appended();
     }
     if acks == 0 {
-        return None;
+        // No response to carry an error: like Kafka, close the connection so the client notices (and refreshes
+        // its metadata) instead of silently losing records.
+        if topics.iter().any(|t| {
+            t.partition_responses
+                .iter()
+                .any(|p| p.error_code != code::NONE)
+        }) {
+            return Err(Close(
+                "acks=0 produce failed for at least one partition".into(),
+            ));
+        }
+        return Ok(None);
     }
-    Some(ProduceResponse::default().with_responses(topics))
+    Ok(Some(ProduceResponse::default().with_responses(topics)))
+}
+
+/// Produce v0-v2 (removed in Kafka 4.0, KIP-896) is still advertised, as Kafka 4 does, because librdkafka decides
+/// whether it may compress by looking for Produce v0..v2 in ApiVersions (librdkafka#4956, KAFKA-18659). Clients
+/// pick the highest common version, so only a client that cannot speak v3 sends these; it gets
+/// UNSUPPORTED_VERSION for every partition. kafka-protocol has no codec for these versions, so the request is
+/// walked by hand with every length checked against the bytes left.
+pub fn legacy_unsupported(version: i16, mut body: &[u8]) -> Option<Result<Vec<u8>, String>> {
+    fn take<'a>(b: &mut &'a [u8], n: usize) -> Result<&'a [u8], String> {
+        if b.len() < n {
+            return Err(format!("needs {n} bytes, {} left", b.len()));
+        }
+        let (head, tail) = b.split_at(n);
+        *b = tail;
+        Ok(head)
+    }
+    fn i16_(b: &mut &[u8]) -> Result<i16, String> {
+        Ok(i16::from_be_bytes(take(b, 2)?.try_into().unwrap()))
+    }
+    fn i32_(b: &mut &[u8]) -> Result<i32, String> {
+        Ok(i32::from_be_bytes(take(b, 4)?.try_into().unwrap()))
+    }
+    fn count(b: &mut &[u8], min_size: usize) -> Result<usize, String> {
+        let n = i32_(b)?;
+        if n < 0 || (n as usize).saturating_mul(min_size) > b.len() {
+            return Err(format!(
+                "array count {n} does not fit in the {} bytes left",
+                b.len()
+            ));
+        }
+        Ok(n as usize)
+    }
+    /// acks, and per topic its name and partition indexes.
+    type Parsed = (i16, Vec<(Vec<u8>, Vec<i32>)>);
+    let parse = |body: &mut &[u8]| -> Result<Parsed, String> {
+        let acks = i16_(body)?;
+        let _timeout = i32_(body)?;
+        let mut topics = Vec::new();
+        for _ in 0..count(body, 6)? {
+            let len = i16_(body)?;
+            let name = take(body, len.max(0) as usize)?.to_vec();
+            let mut partitions = Vec::new();
+            for _ in 0..count(body, 8)? {
+                partitions.push(i32_(body)?);
+                let size = i32_(body)?;
+                take(body, size.max(0) as usize)?;
+            }
+            topics.push((name, partitions));
+        }
+        Ok((acks, topics))
+    };
+    let (acks, topics) = match parse(&mut body) {
+        Ok(v) => v,
+        Err(e) => return Some(Err(format!("malformed Produce v{version} request: {e}"))),
+    };
+    if acks == 0 {
+        // Nothing was written and no response can say so: close, as for any failed acks=0 produce.
+        return Some(Err(format!(
+            "Produce v{version} with acks=0 is not supported"
+        )));
+    }
+    let mut out = Vec::new();
+    out.extend_from_slice(&(topics.len() as i32).to_be_bytes());
+    for (name, partitions) in topics {
+        out.extend_from_slice(&(name.len() as i16).to_be_bytes());
+        out.extend_from_slice(&name);
+        out.extend_from_slice(&(partitions.len() as i32).to_be_bytes());
+        for p in partitions {
+            out.extend_from_slice(&p.to_be_bytes());
+            out.extend_from_slice(&code::UNSUPPORTED_VERSION.to_be_bytes());
+            out.extend_from_slice(&(-1i64).to_be_bytes());
+            if version >= 2 {
+                out.extend_from_slice(&(-1i64).to_be_bytes()); // log_append_time
+            }
+        }
+    }
+    if version >= 1 {
+        out.extend_from_slice(&0i32.to_be_bytes()); // throttle_time_ms
+    }
+    Some(Ok(out))
 }

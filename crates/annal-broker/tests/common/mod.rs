@@ -1,6 +1,6 @@
 //! Test support: a real broker (in this process, on 127.0.0.1:0) and a raw Kafka-protocol client built on
 //! kafka-protocol's encoders, so tests see exactly the bytes a client would.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::type_complexity)]
 
 pub mod group_versions;
 
@@ -104,15 +104,6 @@ impl Client {
         let len = (out.len() - 4) as u32;
         out[..4].copy_from_slice(&len.to_be_bytes());
         out
-    }
-
-    /// Sends `body` as one size-prefixed frame, as is.
-    pub async fn send_raw(&mut self, body: &[u8]) {
-        self.stream
-            .write_all(&(body.len() as u32).to_be_bytes())
-            .await
-            .unwrap();
-        self.stream.write_all(body).await.unwrap();
     }
 
     pub async fn send<R: Request>(&mut self, req: &R, version: i16) -> i32 {
