@@ -18,6 +18,8 @@ use clap::{Parser, Subcommand};
   printf 'k1:hello\\nk2:world\\n' | annal produce orders --key-separator :
   annal consume orders --from-beginning
   annal topic describe orders -b 127.0.0.1:9092        # any Kafka-protocol broker works
+  annal group describe billing                         # members, committed offsets, lag
+  annal producers orders
 
 Client commands read the broker address from -b/--brokers or $ANNAL_BROKERS (default 127.0.0.1:9092)."
 )]
@@ -49,6 +51,10 @@ enum Command {
     Produce(cli::produce::ProduceArgs),
     /// Read records and print them.
     Consume(cli::consume::ConsumeArgs),
+    /// List, describe (members, lag, retention risk), reset offsets of and delete consumer groups.
+    Group(cli::group::GroupArgs),
+    /// Show the producers writing to a topic's partitions (DescribeProducers).
+    Producers(cli::producers::ProducersArgs),
     /// Print the segments and batches of a partition directory or segment file (like kafka-dump-log).
     #[command(after_help = "Examples:
   annal dump-log ./annal-data/orders-0
@@ -85,6 +91,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Topic(args) => cli::block_on(cli::topic::run(args)),
         Command::Produce(args) => cli::block_on(cli::produce::run(args)),
         Command::Consume(args) => cli::block_on(cli::consume::run(args)),
+        Command::Group(args) => cli::block_on(cli::group::run(args)),
+        Command::Producers(args) => cli::block_on(cli::producers::run(args)),
         Command::DumpLog(args) => dump::run(&args),
     }
 }
