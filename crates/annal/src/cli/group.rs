@@ -134,6 +134,9 @@ pub struct ResetArgs {
     /// Commit the new offsets (without it, only print the plan).
     #[arg(long)]
     pub execute: bool,
+    /// Only print the plan: the default; accepted because Kafka's tool asks scripts to say so.
+    #[arg(long, conflicts_with = "execute")]
+    pub dry_run: bool,
     #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
     pub format: ReportFormat,
 }
