@@ -231,6 +231,65 @@ mod tests {
     }
 
     #[test]
+    fn group_reset_needs_exactly_one_target() {
+        let Command::Group(g) = parse(&[
+            "group",
+            "reset-offsets",
+            "g",
+            "--topic",
+            "t",
+            "-p",
+            "0,2",
+            "--to-offset",
+            "5",
+            "--execute",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!("not group")
+        };
+        let cli::group::GroupCommand::ResetOffsets(r) = g.command else {
+            panic!("not reset-offsets")
+        };
+        assert_eq!((r.group.as_str(), r.topic.as_str()), ("g", "t"));
+        assert_eq!(r.partitions, vec![0, 2]);
+        assert_eq!(r.to_offset, Some(5));
+        assert!(r.execute && !r.to_earliest);
+        let base = ["group", "reset-offsets", "g", "--topic", "t"];
+        let with = |extra: &[&str]| parse(&[&base[..], extra].concat());
+        assert!(with(&[]).is_err(), "a target is required");
+        assert!(with(&["--to-earliest", "--to-latest"]).is_err());
+        assert!(with(&["--to-offset", "-1"]).is_err());
+        assert!(with(&["--to-datetime", "soon"]).is_err());
+        assert!(with(&["--shift-by", "-5"]).is_ok());
+        assert!(with(&["--to-latest", "--dry-run", "--execute"]).is_err());
+        assert!(
+            parse(&["group", "reset-offsets", "g", "--to-earliest"]).is_err(),
+            "--topic is required"
+        );
+        assert!(parse(&["group", "delete"]).is_err(), "at least one group");
+        let Command::Group(g) = parse(&["group", "list", "--state", "stable,EMPTY"])
+            .unwrap()
+            .command
+        else {
+            panic!()
+        };
+        let cli::group::GroupCommand::List { states, .. } = g.command else {
+            panic!()
+        };
+        assert_eq!(states, vec!["Stable".to_string(), "Empty".to_string()]);
+        let Command::Producers(p) = parse(&["producers", "t", "-p", "1", "-b", "h:1"])
+            .unwrap()
+            .command
+        else {
+            panic!()
+        };
+        assert_eq!((p.topic.as_str(), p.partitions.as_slice()), ("t", &[1][..]));
+        assert_eq!(p.broker.brokers, "h:1");
+    }
+
+    #[test]
     fn every_command_has_examples_in_its_help() {
         fn check(cmd: &clap::Command, path: &str) {
             let path = format!("{path} {}", cmd.get_name());

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::lag::{assess, total_lag, PartitionLag, Retention};
 use super::output::{print_table, ReportFormat};
 use super::{connect, BrokerArgs};
-use crate::client::errors::error_name;
+use crate::client::errors::{self, error_name};
 use crate::client::groups::{group_error, GroupDescription, GroupOffsets, MemberAssignment};
 use crate::client::{Client, EARLIEST, LATEST};
 
@@ -63,9 +63,10 @@ pub enum GroupCommand {
         #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
         format: ReportFormat,
     },
-    /// Show a group's state, members and their assignments, and per partition: committed offset, log start,
-    /// log end and lag, with a warning for partitions whose unread records retention has deleted or is about
-    /// to delete.
+    /// Show a group's members, committed offsets, lag and retention risk.
+    ///
+    /// State, protocol and members with their assignments; per partition: committed offset, log start, log end
+    /// and lag; a warning for partitions whose unread records retention has deleted or is about to delete.
     #[command(after_help = "Examples:
   annal group describe billing
   annal group describe billing --format json | jq '.partitions[] | select(.lag > 1000)'
@@ -79,8 +80,10 @@ start (records were deleted unread); AHEAD when it is beyond the log end; - when
         #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
         format: ReportFormat,
     },
-    /// Move a group's committed offsets. Prints the plan by default; --execute commits it. Kafka allows this
-    /// only while the group has no active members.
+    /// Move a group's committed offsets (a dry run unless --execute).
+    ///
+    /// Prints the plan by default; --execute commits it. Kafka allows this only while the group has no active
+    /// members.
     #[command(after_help = "Examples:
   annal group reset-offsets billing --topic orders --to-earliest                    # dry run
   annal group reset-offsets billing --topic orders --to-latest --execute
@@ -92,7 +95,9 @@ start (records were deleted unread); AHEAD when it is beyond the log end; - when
 --to-datetime takes RFC 3339 (2026-11-30T08:00:00Z, 2026-11-30T10:00:00+02:00), a time without zone (read
 as UTC) or a date (midnight UTC); partitions with no record at or after it go to the log end.")]
     ResetOffsets(ResetArgs),
-    /// Delete groups and their committed offsets. Only groups without active members can be deleted.
+    /// Delete groups and their committed offsets.
+    ///
+    /// Only groups without active members can be deleted.
     #[command(after_help = "Examples:
   annal group delete billing
   annal group delete old-1 old-2 old-3")]
@@ -329,11 +334,15 @@ async fn log_offsets(
     topic: &str,
     partitions: &[i32],
 ) -> Result<Option<BTreeMap<i32, (i64, i64)>>> {
-    let meta = match client.topic(topic).await {
-        Ok(meta) => meta,
-        Err(e) if e.to_string().contains("does not exist") => return Ok(None),
-        Err(e) => return Err(e),
-    };
+    // Committed offsets outlive a deleted topic: ask first whether it still exists.
+    let listed = client.metadata(Some(&[topic])).await?;
+    if listed
+        .first()
+        .is_some_and(|(code, _)| *code == errors::UNKNOWN_TOPIC_OR_PARTITION)
+    {
+        return Ok(None);
+    }
+    let meta = client.topic(topic).await?;
     let existing: Vec<i32> = partitions
         .iter()
         .copied()

@@ -678,7 +678,7 @@ pub fn group_error(group: &str, code: i16) -> String {
             error_name(code)
         ),
         errors::UNKNOWN_TOPIC_OR_PARTITION => {
-            format!("the topic or partition does not exist (UNKNOWN_TOPIC_OR_PARTITION)")
+            "the topic or partition does not exist (UNKNOWN_TOPIC_OR_PARTITION)".to_string()
         }
         code => error_name(code),
     }
