@@ -442,6 +442,28 @@ fn describe_warns_when_retention_deleted_or_is_about_to_delete_unread_records() 
     assert_eq!(p0["log_start_offset"], 5);
     assert_eq!(d["warnings"].as_array().unwrap().len(), 2, "{d}");
 
+    // Where retention never deletes, nothing is at risk; what is already gone is still reported.
+    broker.ok(
+        &[
+            "topic",
+            "alter",
+            &topic,
+            "-c",
+            "retention.ms=-1",
+            "-c",
+            "retention.bytes=-1",
+        ],
+        "",
+    );
+    let d = json(&broker, &["group", "describe", &group]);
+    let states: Vec<&Value> = d["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| &p["retention"])
+        .collect();
+    assert_eq!(states, ["lost", "ok", "ok"], "{d}");
+
     broker.ok(&["group", "delete", &group], "");
     broker.delete_quietly(&topic);
 }

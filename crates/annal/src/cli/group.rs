@@ -9,7 +9,7 @@ use chrono::{DateTime, NaiveDate, NaiveDateTime};
 use clap::{ArgGroup, Args, Subcommand};
 use serde_json::{json, Value};
 
-use super::lag::{assess, total_lag, PartitionLag, Retention};
+use super::lag::{assess_for_topic, retention_deletes, total_lag, PartitionLag, Retention};
 use super::output::{print_table, ReportFormat};
 use super::{connect, BrokerArgs};
 use crate::client::errors::{self, error_name};
@@ -72,8 +72,9 @@ pub enum GroupCommand {
   annal group describe billing --format json | jq '.partitions[] | select(.lag > 1000)'
 
 RETENTION column: ok; AT-RISK when the committed offset is within 10% of the retained range from the log
-start (the next retention deletion may remove records the group has not read); LOST when it is below the log
-start (records were deleted unread); AHEAD when it is beyond the log end; - when nothing is committed.")]
+start (the next retention deletion may remove records the group has not read; never for topics whose retention
+does not delete: cleanup.policy=compact, or retention.ms and retention.bytes both -1); LOST when it is below the
+log start (records were deleted unread); AHEAD when it is beyond the log end; - when nothing is committed.")]
     Describe {
         /// Group id.
         group: String,
@@ -303,6 +304,7 @@ async fn partition_rows(
     for (topic, partitions) in by_topic {
         let partitions: Vec<i32> = partitions.into_iter().collect();
         let log = log_offsets(client, &topic, &partitions).await?;
+        let deletes = log.is_some() && topic_retention_deletes(client, &topic).await;
         for p in partitions {
             let committed_entry = offsets.get(&topic).and_then(|ps| ps.get(&p));
             let (committed, metadata, error) = match committed_entry {
@@ -313,7 +315,7 @@ async fn partition_rows(
             let lag = log
                 .as_ref()
                 .and_then(|l| l.get(&p))
-                .map(|&(start, end)| assess(committed, start, end));
+                .map(|&(start, end)| assess_for_topic(committed, start, end, deletes));
             rows.push(PartitionRow {
                 owner: owners.get(&(topic.clone(), p)).cloned(),
                 topic: topic.clone(),
@@ -326,6 +328,24 @@ async fn partition_rows(
         }
     }
     Ok(rows)
+}
+
+/// Whether retention may delete records of the topic (from its configs; when they cannot be read, assume so).
+async fn topic_retention_deletes(client: &mut Client, topic: &str) -> bool {
+    let Ok(configs) = client.describe_topic_configs(topic).await else {
+        return true;
+    };
+    let value = |name: &str| {
+        configs
+            .iter()
+            .find(|c| c.name == name)
+            .and_then(|c| c.value.clone())
+    };
+    retention_deletes(
+        value("cleanup.policy").as_deref(),
+        value("retention.ms").as_deref(),
+        value("retention.bytes").as_deref(),
+    )
 }
 
 /// Log start and log end offsets of the partitions of a topic that exist; None when the topic is gone.
@@ -934,6 +954,7 @@ pub fn parse_datetime(s: &str) -> Result<i64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::lag::assess;
 
     #[test]
     fn datetimes_in_the_forms_people_write() {

@@ -45,6 +45,34 @@ pub struct PartitionLag {
     pub retention: Retention,
 }
 
+/// Whether a topic's configs let retention delete old records: cleanup.policy includes "delete" and at least
+/// one of retention.ms / retention.bytes is not -1 (unknown values count as "it may delete").
+pub fn retention_deletes(
+    cleanup_policy: Option<&str>,
+    retention_ms: Option<&str>,
+    retention_bytes: Option<&str>,
+) -> bool {
+    let deletes_by_policy =
+        cleanup_policy.is_none_or(|p| p.split(',').any(|p| p.trim() == "delete"));
+    let unlimited = |v: Option<&str>| v.is_some_and(|v| v.trim().parse::<i64>() == Ok(-1));
+    deletes_by_policy && !(unlimited(retention_ms) && unlimited(retention_bytes))
+}
+
+/// Like `assess`, for a topic whose retention never deletes (`retention_deletes` false): nothing is at risk
+/// then, though records below the log start (removed by DeleteRecords, say) are still reported lost.
+pub fn assess_for_topic(
+    committed: Option<i64>,
+    log_start: i64,
+    log_end: i64,
+    retention_deletes: bool,
+) -> PartitionLag {
+    let mut lag = assess(committed, log_start, log_end);
+    if !retention_deletes && lag.retention == Retention::AtRisk {
+        lag.retention = Retention::Ok;
+    }
+    lag
+}
+
 /// Lag and retention status of a partition. `committed` is None when the group has no offset there
 /// (OffsetFetch answers -1).
 pub fn assess(committed: Option<i64>, log_start: i64, log_end: i64) -> PartitionLag {
@@ -160,6 +188,42 @@ mod tests {
         let l = assess(Some(1), 0, i64::MAX);
         assert_eq!(l.retention, Retention::AtRisk);
         assert_eq!(l.lag, Some(i64::MAX - 1));
+    }
+
+    #[test]
+    fn no_risk_where_retention_never_deletes() {
+        assert!(retention_deletes(
+            Some("delete"),
+            Some("604800000"),
+            Some("-1")
+        ));
+        assert!(retention_deletes(
+            Some("compact,delete"),
+            Some("-1"),
+            Some("1073741824")
+        ));
+        assert!(
+            retention_deletes(None, None, None),
+            "unknown configs: assume it deletes"
+        );
+        assert!(!retention_deletes(
+            Some("compact"),
+            Some("604800000"),
+            Some("-1")
+        ));
+        assert!(!retention_deletes(Some("delete"), Some("-1"), Some("-1")));
+        assert_eq!(
+            assess_for_topic(Some(0), 0, 100, false).retention,
+            Retention::Ok
+        );
+        assert_eq!(
+            assess_for_topic(Some(0), 0, 100, true).retention,
+            Retention::AtRisk
+        );
+        assert_eq!(
+            assess_for_topic(Some(0), 10, 100, false).retention,
+            Retention::Lost { unread_deleted: 10 }
+        );
     }
 
     #[test]
