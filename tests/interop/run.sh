@@ -68,7 +68,8 @@ if [ "$only" != "python" ]; then
   java_rc=$?
 fi
 
-# One closing line over both runners, from their JUnit XML reports.
+echo "interop: took $((SECONDS - start)) s (python rc=$python_rc, java rc=$java_rc)"
+# One closing line over both runners, from their JUnit XML reports (the last line printed).
 "$venv/bin/python" - "$reports" <<'PY'
 import sys, pathlib, xml.etree.ElementTree as ET
 tests = failures = errors = skipped = 0
@@ -80,5 +81,4 @@ for f in pathlib.Path(sys.argv[1]).rglob("*.xml"):
 failed = failures + errors
 print(f"interop: {tests - failed - skipped} passed, {failed} failed, {skipped} skipped")
 PY
-echo "interop: took $((SECONDS - start)) s (python rc=$python_rc, java rc=$java_rc)"
 [ "$python_rc" -eq 0 ] && [ "$java_rc" -eq 0 ]
