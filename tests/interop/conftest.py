@@ -11,16 +11,22 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "restart: stops/kills and restarts the broker process (needs an owned process)")
     config.addinivalue_line("markers", "ondisk: reads the broker's files (needs an owned process)")
     config.addinivalue_line("markers", "groups: consumer-group tests (issue 4); run only with INTEROP_GROUPS=1")
+    config.addinivalue_line("markers", "idempotence: idempotent-producer tests (issue 6); skipped with "
+                                       "INTEROP_IDEMPOTENCE=0")
 
 
 def pytest_collection_modifyitems(config, items):
-    if os.environ.get("INTEROP_GROUPS") == "1":
-        return
-    skip = pytest.mark.skip(reason="consumer-group test (issue 4): enable with INTEROP_GROUPS=1 once the group "
-                                   "coordinator lands")
+    skips = {}
+    if os.environ.get("INTEROP_GROUPS") != "1":
+        skips["groups"] = pytest.mark.skip(reason="consumer-group test (issue 4): enable with INTEROP_GROUPS=1 once "
+                                                  "the group coordinator lands")
+    if os.environ.get("INTEROP_IDEMPOTENCE") == "0":
+        skips["idempotence"] = pytest.mark.skip(reason="idempotent-producer test (issue 6) disabled by "
+                                                       "INTEROP_IDEMPOTENCE=0")
     for item in items:
-        if "groups" in item.keywords:
-            item.add_marker(skip)
+        for marker, skip in skips.items():
+            if marker in item.keywords:
+                item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

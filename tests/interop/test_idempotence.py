@@ -16,6 +16,7 @@ PARTITIONS = 2
 
 
 @pytest.mark.restart
+@pytest.mark.idempotence
 def test_librdkafka_idempotent_producer_across_kill9(own_broker):
     b = own_broker
     create_topic(b, "idem", partitions=PARTITIONS)
@@ -87,6 +88,7 @@ def test_librdkafka_idempotent_producer_across_kill9(own_broker):
             consumer.close()
 
 
+@pytest.mark.idempotence
 def test_kafka_python_default_producer_is_idempotent_and_exactly_once(broker, topic_name):
     """kafka-python 3.x, like the Java client, defaults to enable_idempotence=True with acks=all."""
     import kafka

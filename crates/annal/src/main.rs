@@ -18,6 +18,8 @@ use clap::{Parser, Subcommand};
   printf 'k1:hello\\nk2:world\\n' | annal produce orders --key-separator :
   annal consume orders --from-beginning
   annal topic describe orders -b 127.0.0.1:9092        # any Kafka-protocol broker works
+  annal group describe billing                         # members, committed offsets, lag
+  annal producers orders
 
 Client commands read the broker address from -b/--brokers or $ANNAL_BROKERS (default 127.0.0.1:9092)."
 )]
@@ -49,6 +51,10 @@ enum Command {
     Produce(cli::produce::ProduceArgs),
     /// Read records and print them.
     Consume(cli::consume::ConsumeArgs),
+    /// List, describe (members, lag, retention risk), reset offsets of and delete consumer groups.
+    Group(cli::group::GroupArgs),
+    /// Show the producers writing to a topic's partitions (DescribeProducers).
+    Producers(cli::producers::ProducersArgs),
     /// Print the segments and batches of a partition directory or segment file (like kafka-dump-log).
     #[command(after_help = "Examples:
   annal dump-log ./annal-data/orders-0
@@ -84,6 +90,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Topic(args) => cli::block_on(cli::topic::run(args)),
         Command::Produce(args) => cli::block_on(cli::produce::run(args)),
         Command::Consume(args) => cli::block_on(cli::consume::run(args)),
+        Command::Group(args) => cli::block_on(cli::group::run(args)),
+        Command::Producers(args) => cli::block_on(cli::producers::run(args)),
         Command::DumpLog(args) => dump::run(&args),
     }
 }
@@ -219,6 +227,65 @@ mod tests {
         assert!(parse(&["consume", "t", "--offset", "1", "--timestamp", "5"]).is_err());
         assert!(parse(&["consume", "t", "--offset", "-1"]).is_err());
         assert!(parse(&["consume", "t", "--from-beginning", "--follow"]).is_ok());
+    }
+
+    #[test]
+    fn group_reset_needs_exactly_one_target() {
+        let Command::Group(g) = parse(&[
+            "group",
+            "reset-offsets",
+            "g",
+            "--topic",
+            "t",
+            "-p",
+            "0,2",
+            "--to-offset",
+            "5",
+            "--execute",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!("not group")
+        };
+        let cli::group::GroupCommand::ResetOffsets(r) = g.command else {
+            panic!("not reset-offsets")
+        };
+        assert_eq!((r.group.as_str(), r.topic.as_str()), ("g", "t"));
+        assert_eq!(r.partitions, vec![0, 2]);
+        assert_eq!(r.to_offset, Some(5));
+        assert!(r.execute && !r.to_earliest);
+        let base = ["group", "reset-offsets", "g", "--topic", "t"];
+        let with = |extra: &[&str]| parse(&[&base[..], extra].concat());
+        assert!(with(&[]).is_err(), "a target is required");
+        assert!(with(&["--to-earliest", "--to-latest"]).is_err());
+        assert!(with(&["--to-offset", "-1"]).is_err());
+        assert!(with(&["--to-datetime", "soon"]).is_err());
+        assert!(with(&["--shift-by", "-5"]).is_ok());
+        assert!(with(&["--to-latest", "--dry-run", "--execute"]).is_err());
+        assert!(
+            parse(&["group", "reset-offsets", "g", "--to-earliest"]).is_err(),
+            "--topic is required"
+        );
+        assert!(parse(&["group", "delete"]).is_err(), "at least one group");
+        let Command::Group(g) = parse(&["group", "list", "--state", "stable,EMPTY"])
+            .unwrap()
+            .command
+        else {
+            panic!()
+        };
+        let cli::group::GroupCommand::List { states, .. } = g.command else {
+            panic!()
+        };
+        assert_eq!(states, vec!["Stable".to_string(), "Empty".to_string()]);
+        let Command::Producers(p) = parse(&["producers", "t", "-p", "1", "-b", "h:1"])
+            .unwrap()
+            .command
+        else {
+            panic!()
+        };
+        assert_eq!((p.topic.as_str(), p.partitions.as_slice()), ("t", &[1][..]));
+        assert_eq!(p.broker.brokers, "h:1");
     }
 
     #[test]

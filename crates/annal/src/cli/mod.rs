@@ -1,9 +1,12 @@
-//! The client commands of the `annal` binary: `topic`, `produce`, `consume`. They speak the Kafka protocol, so
+//! The client commands of the `annal` binary: `topic`, `produce`, `consume`, `group`, `producers`. They speak the Kafka protocol, so
 //! they work against any Kafka-compatible broker, not only `annal serve`.
 
 pub mod consume;
+pub mod group;
+pub mod lag;
 pub mod output;
 pub mod produce;
+pub mod producers;
 pub mod topic;
 
 use anyhow::{anyhow, Result};

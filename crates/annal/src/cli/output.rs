@@ -16,6 +16,15 @@ pub enum Format {
     Json,
 }
 
+/// How reports (group and producer listings) are printed.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReportFormat {
+    /// Aligned tables for people.
+    Text,
+    /// One JSON document, for scripts.
+    Json,
+}
+
 /// Appends the formatted record, newline included, to `out`.
 pub fn format_record(
     format: Format,
@@ -117,6 +126,32 @@ pub fn escape(bytes: &[u8]) -> String {
         }
     }
     out
+}
+
+/// A table with a header row, columns padded to their widest cell, the last column unpadded.
+pub fn print_table<const N: usize>(out: &mut String, header: &[&str; N], rows: &[[String; N]]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == N {
+                s.push_str(cell);
+            } else {
+                s.push_str(&format!("{cell:<w$}  "));
+            }
+        }
+        out.push_str(s.trim_end());
+        out.push('\n');
+    };
+    line(header.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use std::io::Write as _;
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 
+use super::output::print_table;
 use super::{connect, parse_key_value, BrokerArgs};
 use crate::client::{ConfigSource, EARLIEST, LATEST};
 
@@ -254,31 +255,6 @@ fn join(ids: &[i32]) -> String {
         .map(|i| i.to_string())
         .collect::<Vec<_>>()
         .join(",")
-}
-
-fn print_table<const N: usize>(out: &mut String, header: &[&str; N], rows: &[[String; N]]) {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut line = |cells: Vec<&str>| {
-        let mut s = String::new();
-        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
-            if i + 1 == N {
-                s.push_str(cell);
-            } else {
-                s.push_str(&format!("{cell:<w$}  "));
-            }
-        }
-        out.push_str(s.trim_end());
-        out.push('\n');
-    };
-    line(header.to_vec());
-    for row in rows {
-        line(row.iter().map(String::as_str).collect());
-    }
 }
 
 #[cfg(test)]

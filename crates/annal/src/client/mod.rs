@@ -3,10 +3,12 @@
 //! Admin requests go to the bootstrap broker (a KRaft broker forwards them to the controller); ListOffsets,
 //! Produce and Fetch go to each partition's leader as named in Metadata.
 
+pub mod assignment;
 pub mod batch;
 pub mod codec;
 pub mod connection;
 pub mod errors;
+pub mod groups;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;

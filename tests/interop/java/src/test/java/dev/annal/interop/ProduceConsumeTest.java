@@ -40,6 +40,7 @@ import org.apache.kafka.common.record.TimestampType;
 import org.apache.kafka.common.utils.Utils;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.Arguments;
@@ -329,6 +330,7 @@ class ProduceConsumeTest {
 
     /** Issue 6: the Java producer's defaults (enable.idempotence=true, acks=all) must work, exactly once, in order. */
     @Test
+    @Tag("idempotence")
     void defaultProducerIsIdempotentAndEveryRecordArrivesExactlyOnceInOrder() throws Exception {
         String topic = Clients.uniqueTopic("default-producer");
         Clients.createTopic(broker, topic, 3, Map.of());

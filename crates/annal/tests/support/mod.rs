@@ -1,0 +1,180 @@
+//! The test harness shared by the end-to-end tests: a broker per test (our own `annal serve`, or the external
+//! one named by ANNAL_TEST_BOOTSTRAP) and helpers to run the `annal` binary against it.
+#![allow(dead_code)] // each test file uses a different part
+
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+pub const ANNAL: &str = env!("CARGO_BIN_EXE_annal");
+
+/// A broker for one test: our own `annal serve`, or the external one named by ANNAL_TEST_BOOTSTRAP.
+pub struct Broker {
+    pub addr: String,
+    child: Option<Child>,
+    /// The data directory and the directory holding the broker's log, removed on drop.
+    _dirs: Option<(tempfile::TempDir, tempfile::TempDir)>,
+}
+
+impl Broker {
+    pub fn start() -> Broker {
+        if let Ok(addr) = std::env::var("ANNAL_TEST_BOOTSTRAP") {
+            return Broker {
+                addr,
+                child: None,
+                _dirs: None,
+            };
+        }
+        let data = tempfile::tempdir().expect("temp dir");
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        // The broker's log goes to a file: a pipe nobody reads would block it once full.
+        let logs = tempfile::tempdir().expect("temp dir");
+        let log_path = logs.path().join("broker.log");
+        let log = std::fs::File::create(&log_path).expect("broker log file");
+        let mut child = Command::new(ANNAL)
+            .args(["serve", "--data-dir"])
+            .arg(data.path())
+            .args(["--listen", &addr])
+            .stdout(log.try_clone().expect("clone log handle"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn annal serve");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().expect("poll annal serve") {
+                let err = std::fs::read_to_string(&log_path).unwrap_or_default();
+                panic!("annal serve exited with {status} before listening on {addr}: {err}");
+            }
+            if TcpStream::connect(&addr).is_ok() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "annal serve did not listen on {addr} within 30s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Broker {
+            addr,
+            child: Some(child),
+            _dirs: Some((data, logs)),
+        }
+    }
+
+    /// Runs `annal ARGS -b ADDR` with `stdin`, returning its output.
+    pub fn run(&self, args: &[&str], stdin: &str) -> Output {
+        let mut child = Command::new(ANNAL)
+            .args(args)
+            .args(["-b", &self.addr])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn annal");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        wait_with_timeout(child, Duration::from_secs(60), args)
+    }
+
+    /// Runs a command that must succeed; returns its stdout.
+    pub fn ok(&self, args: &[&str], stdin: &str) -> String {
+        let out = self.run(args, stdin);
+        assert!(
+            out.status.success(),
+            "`annal {}` failed ({}):\nstdout: {}\nstderr: {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8 output")
+    }
+
+    /// Runs a command that must fail; returns its stderr.
+    pub fn fails(&self, args: &[&str], stdin: &str) -> String {
+        let out = self.run(args, stdin);
+        assert!(
+            !out.status.success(),
+            "`annal {}` should have failed but printed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    /// Best-effort removal of a test's topic, so runs against a shared broker do not pile up topics.
+    pub fn delete_quietly(&self, topic: &str) {
+        let _ = self.run(&["topic", "delete", topic], "");
+    }
+
+    pub fn consume_json(&self, args: &[&str]) -> Vec<Value> {
+        let mut all = vec!["consume"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--format", "json"]);
+        self.ok(&all, "")
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+            .collect()
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+pub fn wait_with_timeout(mut child: Child, timeout: Duration, args: &[&str]) -> Output {
+    let deadline = Instant::now() + timeout;
+    while child.try_wait().expect("poll child").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!(
+                "`annal {}` did not finish within {timeout:?}",
+                args.join(" ")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("collect output")
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn unique_topic(prefix: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!(
+        "{prefix}-{}-{nanos}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
