@@ -96,7 +96,7 @@ def main():
     ap.add_argument("--classpath-file", required=True)
     ap.add_argument("--out", required=True, help="results directory")
     ap.add_argument("--work", required=True, help="scratch directory for broker data (removed afterwards)")
-    ap.add_argument("--fixed-rate", type=int, default=5000, help="records/s of the latency run (1 KiB records)")
+    ap.add_argument("--fixed-rate", type=int, default=2000, help="records/s of the latency run (1 KiB records)")
     ap.add_argument("--skip-limits", action="store_true", help="do not measure disk and loopback limits")
     args = ap.parse_args()
 

@@ -8,7 +8,7 @@ bench="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$bench/.." && pwd)"
 cd "$repo"
 
-short="" brokers="kafka,annal" out="" fixed_rate=5000 skip_limits="" selftest=""
+short="" brokers="kafka,annal" out="" fixed_rate=2000 skip_limits="" selftest=""
 annal_bin="${ANNAL_BIN:-$repo/target/release/annal}"
 while [ $# -gt 0 ]; do
   case "$1" in

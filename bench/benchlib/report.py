@@ -98,6 +98,13 @@ def markdown(results):
         pa = f"{100 * a / lim:.0f}%" if lim and isinstance(a, (int, float)) else ""
         lines.append(f"| {label} | {_fmt(k)} | {_fmt(a)} | {ratio} | {'higher' if higher else 'lower'} | "
                      f"{pk} | {pa} | {target} |")
+    rate = meta.get("fixed_rate_records_per_s")
+    for b in BROKERS:
+        best = _get(results, b, "workloads", "produce_1k_acksall", "records_per_s")
+        if rate and best and rate > 0.5 * best:
+            lines += ["", f"**Warning**: the fixed rate ({rate} records/s) is over half of {b}'s acks=all maximum "
+                          f"({best:,.0f} records/s), so its latency figures include queueing; rerun with a lower "
+                          f"--fixed-rate."]
     errors = []
     for b in BROKERS:
         if _get(results, b, "error"):
@@ -146,11 +153,20 @@ def charts(results, out_dir):
         ax.set_yticklabels([t for t, _ in items], fontsize=8)
         ax.invert_yaxis()
         ax.set_xlabel("MiB/s of record values (higher is better)")
+        top = max([x or 0 for _, v in items for x in v] + [1])
+        notes = []
         for key, style, label in (("disk_seq_write", "--", "disk seq. write"), ("loopback_tcp", ":", "loopback TCP")):
             lim = results.get("limits", {}).get(key, {}).get("mib_per_s")
-            if lim:
+            if lim and lim <= 3 * top:  # drawn only when it does not squash the bars
                 ax.axvline(lim, linestyle=style, color="red", linewidth=1, label=f"{label} {lim:,.0f} MiB/s")
-        ax.legend(loc="lower right", fontsize=8)
+                top = max(top, lim)
+            elif lim:
+                notes.append(f"{label}: {lim:,.0f} MiB/s")
+        ax.set_xlim(0, top * 1.15)
+        if notes:
+            ax.text(0.99, 0.01, "machine limits (off scale): " + "; ".join(notes), transform=ax.transAxes,
+                    ha="right", va="bottom", fontsize=8, color="red")
+        ax.legend(loc="center right", fontsize=8)
         ax.set_title(f"Throughput, Annal vs Kafka ({results.get('meta', {}).get('mode')} mode)")
         fig.tight_layout()
         fig.savefig(out_dir / "throughput.png", dpi=110)
@@ -170,6 +186,7 @@ def charts(results, out_dir):
         ax.set_xticks(xs_all)
         ax.set_xticklabels([p if p != "max" else "max" for p in pcts])
         ax.set_yscale("symlog", linthresh=1)
+        ax.set_ylim(bottom=0)
         ax.set_xlabel("percentile")
         ax.set_ylabel("latency, ms (lower is better)")
         ax.set_title(results.get("meta", {}).get("workloads", {}).get(wid, wid), fontsize=9)

@@ -93,7 +93,9 @@ def timeout_for(w):
 
 def run(tools, broker, w, group):
     """Runs one workload against a running broker; returns its figures (or an error) as a dict."""
-    result = {"title": w["title"], "record_size": w["size"], "records_requested": w["records"]}
+    result = {"title": w["title"], "record_size": w["size"], "records_requested": w["records"],
+              # The machine may be shared: the load before the run tells how much to trust the figures.
+              "loadavg_1m_before": float(open("/proc/loadavg").read().split()[0])}
     cmd = tools.command(w, broker.bootstrap, group)
     cpu0 = procs.cpu_seconds(broker.pid)
     t0 = time.monotonic()
