@@ -34,8 +34,7 @@ def run_broker(broker, tools, plan, run_id):
         time.sleep(2)  # let start-up work (log recovery, JIT, metadata) settle before calling it idle
         res["idle_rss_mib"] = round(procs.rss_mib(broker.pid), 1)
         procs.log(f"{broker.name}: idle RSS {res['idle_rss_mib']} MiB; creating topics")
-        for topic in workloads.topics(plan + [workloads.warmup()]):
-            tools.create_topic(broker.bootstrap, topic)
+        tools.create_topics(broker.bootstrap, workloads.topics([workloads.warmup()] + plan))
         procs.log(f"{broker.name}: warm-up")
         warm = workloads.run(tools, broker, workloads.warmup(), f"bench-{run_id}")
         if "error" in warm:

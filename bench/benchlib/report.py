@@ -112,8 +112,10 @@ def markdown(results):
         for wid, w in (_get(results, b, "workloads") or {}).items():
             if "error" in w:
                 errors.append(f"- {b} / {wid}: {w['error'][:400]}".replace("\n", " "))
+            if "warning" in w:
+                errors.append(f"- {b} / {wid} (figures kept): {w['warning'][:300]}".replace("\n", " "))
     if errors:
-        lines += ["", "## Failures", ""] + errors
+        lines += ["", "## Failures and warnings", ""] + errors
     lines += ["", "Notes: MiB/s counts record values (1 KiB or 100 B each; lz4 figures count uncompressed bytes). "
               "ProducerPerformance reports latencies in whole milliseconds. "
               "% of limit: produce vs the sequential disk write rate, consume vs loopback TCP. "

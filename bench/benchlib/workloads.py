@@ -2,12 +2,14 @@
 is run with Kafka's own perf tools against a broker."""
 
 import time
+from pathlib import Path
 
 from . import parse, procs
 
 MIB = 1 << 20
 GIB = 1 << 30
 PARTITIONS = 8
+JAVA_DIR = Path(__file__).resolve().parents[1] / "java"
 
 
 def plan(short, fixed_rate):
@@ -58,13 +60,12 @@ class Tools:
     def __init__(self, classpath):
         self.java = ["java", "-Xmx512m", "-cp", classpath]
 
-    def create_topic(self, bootstrap, topic, partitions=PARTITIONS):
-        code, out = procs.run_tool(self.java + ["org.apache.kafka.tools.TopicCommand", "--bootstrap-server",
-                                                bootstrap, "--create", "--topic", topic, "--partitions",
-                                                str(partitions), "--replication-factor", "1"],
-                                   120, "topics", echo=False)
-        if code != 0 or "Created topic" not in out:
-            raise RuntimeError(f"creating topic {topic} failed (exit {code}):\n{out.strip()[-2000:]}")
+    def create_topics(self, bootstrap, names, partitions=PARTITIONS):
+        """All topics in one Admin call (bench/java/CreateTopics.java, run as a single-file source program)."""
+        code, out = procs.run_tool(self.java + [str(JAVA_DIR / "CreateTopics.java"), bootstrap, str(partitions)]
+                                   + list(names), 180, "topics", echo=False)
+        if code != 0:
+            raise RuntimeError(f"creating topics {names} failed (exit {code}):\n{out.strip()[-2000:]}")
 
     def command(self, w, bootstrap, group):
         if w["kind"] == "produce":
@@ -120,11 +121,13 @@ def run(tools, broker, w, group):
         else:
             result.update(parse.end_to_end(out))
             moved = w["records"] * w["size"]
-        if code != 0:
-            raise ValueError(f"tool exited with code {code}")
     except ValueError as e:
         result["error"] = f"{e}; last output: {out.strip()[-600:]}"
         return result
+    if code != 0:
+        # The summary was printed (so every record made its round trip) but the tool failed afterwards, e.g.
+        # EndToEndLatency's final offset commit on a broker without consumer-group APIs.
+        result["warning"] = f"tool exited with code {code} after its summary: {out.strip()[-300:]}"
     result["bytes_moved"] = int(moved)
     if moved > 0:
         result["broker_cpu_s_per_gib"] = round(cpu / (moved / GIB), 3)
