@@ -62,6 +62,21 @@ def consumer_perf(text):
     raise ValueError("ConsumerPerformance printed no result line")
 
 
+_ASSIGN = re.compile(r"assign-consumer: records=(\d+) bytes=(\d+) seconds=([\d.]+)")
+
+
+def assign_consumer(text):
+    """Summary of bench/java/AssignConsumer.java (consumer without a group, from the first poll to the last
+    record)."""
+    m = _ASSIGN.findall(text)
+    if not m:
+        raise ValueError("AssignConsumer printed no summary line")
+    records, nbytes, secs = int(m[-1][0]), int(m[-1][1]), float(m[-1][2])
+    secs = max(secs, 1e-3)
+    return {"records": records, "mib": nbytes / (1 << 20), "seconds": secs,
+            "mib_per_s": nbytes / (1 << 20) / secs, "records_per_s": records / secs}
+
+
 _E2E_AVG = re.compile(r"Avg latency: ([\d.]+) ms")
 _E2E_PCT = re.compile(r"Percentiles: 50th = (\d+), 99th = (\d+), 99\.9th = (\d+)")
 

@@ -43,7 +43,8 @@ def rows(results):
         _get(results, "annal", "peak_rss_under_load_mib"), False, None, "Annal <= 0.2x")
     wl = results.get("meta", {}).get("workloads", {})
     for wid, title in wl.items():
-        kind = "consume" if wid.startswith("consume") else "e2e" if wid == "end_to_end" else "produce"
+        kind = ("assign" if wid == "consume_backlog_assign" else "consume" if wid.startswith("consume")
+                else "e2e" if wid == "end_to_end" else "produce")
         fixed = wid == "latency_fixed_rate"
         if kind == "produce" and not fixed:
             target = ">= 1.5x" if wid in ("produce_1k_acks1", "produce_1k_acksall") else ""
@@ -60,6 +61,9 @@ def rows(results):
             add(f"{title}: MiB/s (fetch time only)", _get(results, "kafka", "workloads", wid, "fetch_mib_per_s"),
                 _get(results, "annal", "workloads", wid, "fetch_mib_per_s"), True, "loopback_tcp", "")
             add(f"{title}: MiB/s (incl. group join)", _get(results, "kafka", "workloads", wid, "mib_per_s"),
+                _get(results, "annal", "workloads", wid, "mib_per_s"), True, "loopback_tcp", "")
+        if kind == "assign":
+            add(f"{title}: MiB/s", _get(results, "kafka", "workloads", wid, "mib_per_s"),
                 _get(results, "annal", "workloads", wid, "mib_per_s"), True, "loopback_tcp", "")
         if kind == "e2e":
             for p in ("p50", "p99", "p99.9"):
@@ -140,7 +144,7 @@ def charts(results, out_dir):
     for wid, title in results.get("meta", {}).get("workloads", {}).items():
         if wid in ("latency_fixed_rate", "end_to_end"):
             continue
-        key = "fetch_mib_per_s" if wid.startswith("consume") else "mib_per_s"
+        key = "fetch_mib_per_s" if wid == "consume_backlog" else "mib_per_s"
         items.append((title, [_get(results, b, "workloads", wid, key) for b in BROKERS]))
     if items:
         fig, ax = plt.subplots(figsize=(10, 0.7 * len(items) + 2))

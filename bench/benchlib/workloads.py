@@ -34,6 +34,9 @@ def plan(short, fixed_rate):
              topic="b-backlog", size=1024, records=backlog_bytes // 1024, rate=-1, props={"acks": "1"}),
         dict(id="consume_backlog", kind="consume", title=f"consumer catching up on {backlog_bytes // MIB} MiB",
              topic="b-backlog", size=1024, records=backlog_bytes // 1024),
+        dict(id="consume_backlog_assign", kind="assign",
+             title=f"consumer without a group (assign) catching up on {backlog_bytes // MIB} MiB",
+             topic="b-backlog", size=1024, records=backlog_bytes // 1024),
         dict(id="end_to_end", kind="e2e", title="end-to-end latency, 1 KiB, acks=1, one record at a time",
              topic="b-e2e", size=1024, records=2_000 if short else 10_000),
     ]
@@ -77,6 +80,9 @@ class Tools:
             return self.java + ["org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap,
                                 "--topic", w["topic"], "--messages", str(w["records"]), "--timeout", "30000",
                                 "--group", group]
+        if w["kind"] == "assign":
+            return self.java + [str(JAVA_DIR / "AssignConsumer.java"), bootstrap, w["topic"], str(w["records"]),
+                                "30000"]
         if w["kind"] == "e2e":
             return self.java + ["org.apache.kafka.tools.EndToEndLatency", bootstrap, w["topic"],
                                 str(w["records"]), "1", str(w["size"])]
@@ -115,6 +121,11 @@ def run(tools, broker, w, group):
             moved = result["records"] * w["size"]
         elif w["kind"] == "consume":
             result.update(parse.consumer_perf(out))
+            moved = result["mib"] * MIB
+            if result["records"] < w["records"]:
+                raise ValueError(f"consumed {result['records']} of {w['records']} records")
+        elif w["kind"] == "assign":
+            result.update(parse.assign_consumer(out))
             moved = result["mib"] * MIB
             if result["records"] < w["records"]:
                 raise ValueError(f"consumed {result['records']} of {w['records']} records")
