@@ -77,8 +77,8 @@ sample = {
     },
 }
 md = report.markdown(sample)
-check("report: ratio", "| produce 1 KiB, acks=1, max rate: MiB/s | 100 | 200 | 2.00x | higher | 25% | 50% |" in md)
-check("report: start-up ratio", "| 4.00 | 0.01 | 0.00x" in md or "| 4 | 0.01 | 0.00x" in md)
+check("report: ratio", "| produce 1 KiB, acks=1, max rate: MiB/s | 100 | 200 | 2x | higher | 25% | 50% |" in md)
+check("report: start-up ratio", "| 0.01 | 0.0025x" in md)
 check("report: failures listed", "annal / consume_backlog: consumer group APIs not supported" in md)
 with tempfile.TemporaryDirectory() as tmp:
     made = report.charts(sample, Path(tmp))

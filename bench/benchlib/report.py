@@ -96,7 +96,7 @@ def markdown(results):
     lines += ["", "| metric | Kafka | Annal | Annal/Kafka | better | Kafka % of limit | Annal % of limit | target |",
               "|---|---:|---:|---:|---|---:|---:|---|"]
     for label, k, a, higher, limit, target in rows(results):
-        ratio = f"{a / k:.2f}x" if isinstance(k, (int, float)) and isinstance(a, (int, float)) and k else "n/a"
+        ratio = f"{a / k:.3g}x" if isinstance(k, (int, float)) and isinstance(a, (int, float)) and k else "n/a"
         lim = limits.get(limit, {}).get("mib_per_s") if limit else None
         pk = f"{100 * k / lim:.0f}%" if lim and isinstance(k, (int, float)) else ""
         pa = f"{100 * a / lim:.0f}%" if lim and isinstance(a, (int, float)) else ""
