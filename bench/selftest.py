@@ -36,6 +36,12 @@ check("producer: percentiles", p["latency_ms"] == {"avg": 643.87, "p50": 746, "p
 check("producer: a killed run (no summary) is an error",
       raises(parse.producer_perf, "149537 records sent, 29901.4 records/sec (29.20 MB/sec), 722.9 ms avg latency, "
                                   "1301.0 ms max latency.\n"))
+m = parse.producer_metrics("producer-metrics:request-latency-avg:{client-id=perf-producer-client}    : 35.725\n"
+                           "producer-metrics:request-latency-avg:{client-id=x, node-id=node-1}  : 99.0\n"
+                           "producer-metrics:batch-size-avg:{client-id=perf-producer-client}   : NaN\n")
+check("producer metrics: client-wide only", m.get("request-latency-avg") == 35.725)
+m = parse.assign_consumer_metrics("assign-consumer-metric: fetch-latency-avg=12.5\n")
+check("assign consumer metrics", m == {"fetch-latency-avg": 12.5})
 c = parse.consumer_perf((DATA / "consumer_perf.txt").read_text())
 check("consumer: fields", c["records"] == 20000 and c["fetch_mib_per_s"] == 34.8151 and c["rebalance_ms"] == 1227)
 check("consumer: missing result line is an error", raises(parse.consumer_perf, "start.time, end.time\n"))

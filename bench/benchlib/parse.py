@@ -77,6 +77,36 @@ def assign_consumer(text):
             "mib_per_s": nbytes / (1 << 20) / secs, "records_per_s": records / secs}
 
 
+_CLIENT_METRICS = ("request-latency-avg", "request-latency-max", "records-per-request-avg", "batch-size-avg",
+                   "record-queue-time-avg", "compression-rate-avg")
+
+
+def producer_metrics(text):
+    """The few producer-metrics (whole client, not per node/topic) that `--print-metrics` prints and that tell
+    the broker's share of the latency: request-latency-avg is the time from sending a Produce request to its
+    response, record-queue-time-avg the time records wait in the client for a free in-flight slot."""
+    out = {}
+    for m in re.finditer(r"^producer-metrics:([a-z-]+):\{client-id=[^,}]*\}\s*:\s*([-\d.NaEe]+)\s*$", text, re.M):
+        if m.group(1) in _CLIENT_METRICS:
+            try:
+                v = float(m.group(2))
+            except ValueError:
+                continue
+            if v == v:  # NaN (no samples) would not be valid JSON
+                out[m.group(1)] = v
+    return out
+
+
+def assign_consumer_metrics(text):
+    out = {}
+    for m in re.finditer(r"^assign-consumer-metric: ([a-z-]+)=([-\d.NaEe]+)\s*$", text, re.M):
+        try:
+            out[m.group(1)] = float(m.group(2))
+        except ValueError:
+            pass
+    return out
+
+
 _E2E_AVG = re.compile(r"Avg latency: ([\d.]+) ms")
 _E2E_PCT = re.compile(r"Percentiles: 50th = (\d+), 99th = (\d+), 99\.9th = (\d+)")
 

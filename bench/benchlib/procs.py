@@ -41,7 +41,7 @@ def run_tool(cmd, timeout_s, label, echo=True, env=None, cwd=None):
     try:
         for line in proc.stdout:
             lines.append(line)
-            if echo and len(lines) <= 400:
+            if echo and len(lines) <= 400 and ":{client-id=" not in line and not line.startswith("Metric Name"):
                 print(f"    {label}| {line.rstrip()}", flush=True)
         proc.wait()
     finally:

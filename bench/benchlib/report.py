@@ -53,6 +53,9 @@ def rows(results):
             add(f"{title}: records/s", _get(results, "kafka", "workloads", wid, "records_per_s"),
                 _get(results, "annal", "workloads", wid, "records_per_s"), True, None, "")
         if kind == "produce":
+            add(f"{title}: client request-latency-avg (ms)",
+                _get(results, "kafka", "workloads", wid, "client_metrics", "request-latency-avg"),
+                _get(results, "annal", "workloads", wid, "client_metrics", "request-latency-avg"), False, None, "")
             for p in (("p50", "p99", "p99.9", "max") if fixed else ("p99",)):
                 add(f"{title}: {p} latency (ms)", _get(results, "kafka", "workloads", wid, "latency_ms", p),
                     _get(results, "annal", "workloads", wid, "latency_ms", p), False, None,
@@ -65,6 +68,10 @@ def rows(results):
         if kind == "assign":
             add(f"{title}: MiB/s", _get(results, "kafka", "workloads", wid, "mib_per_s"),
                 _get(results, "annal", "workloads", wid, "mib_per_s"), True, "loopback_tcp", "")
+            for m, unit in (("fetch-latency-avg", "ms"), ("fetch-size-avg", "bytes")):
+                add(f"{title}: client {m} ({unit})",
+                    _get(results, "kafka", "workloads", wid, "client_metrics", m),
+                    _get(results, "annal", "workloads", wid, "client_metrics", m), m == "fetch-size-avg", None, "")
         if kind == "e2e":
             for p in ("p50", "p99", "p99.9"):
                 add(f"{title}: {p} (ms)", _get(results, "kafka", "workloads", wid, "latency_ms", p),

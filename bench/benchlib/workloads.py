@@ -75,7 +75,7 @@ class Tools:
             props = [f"bootstrap.servers={bootstrap}"] + [f"{k}={v}" for k, v in w["props"].items()]
             return self.java + ["org.apache.kafka.tools.ProducerPerformance", "--topic", w["topic"],
                                 "--num-records", str(w["records"]), "--record-size", str(w["size"]),
-                                "--throughput", str(w["rate"]), "--producer-props"] + props
+                                "--throughput", str(w["rate"]), "--print-metrics", "--producer-props"] + props
         if w["kind"] == "consume":
             return self.java + ["org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap,
                                 "--topic", w["topic"], "--messages", str(w["records"]), "--timeout", "30000",
@@ -118,6 +118,7 @@ def run(tools, broker, w, group):
     try:
         if w["kind"] == "produce":
             result.update(parse.producer_perf(out))
+            result["client_metrics"] = parse.producer_metrics(out)
             moved = result["records"] * w["size"]
         elif w["kind"] == "consume":
             result.update(parse.consumer_perf(out))
@@ -126,6 +127,7 @@ def run(tools, broker, w, group):
                 raise ValueError(f"consumed {result['records']} of {w['records']} records")
         elif w["kind"] == "assign":
             result.update(parse.assign_consumer(out))
+            result["client_metrics"] = parse.assign_consumer_metrics(out)
             moved = result["mib"] * MIB
             if result["records"] < w["records"]:
                 raise ValueError(f"consumed {result['records']} of {w['records']} records")

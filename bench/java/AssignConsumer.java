@@ -44,6 +44,17 @@ public class AssignConsumer {
                 }
                 last = System.nanoTime();
             }
+            // The client's own view of the broker: time per fetch request and bytes per response.
+            for (Map.Entry<org.apache.kafka.common.MetricName, ? extends org.apache.kafka.common.Metric> e :
+                    consumer.metrics().entrySet()) {
+                org.apache.kafka.common.MetricName n = e.getKey();
+                if (n.group().equals("consumer-fetch-manager-metrics") && !n.tags().containsKey("topic")
+                        && !n.tags().containsKey("partition")
+                        && Arrays.asList("fetch-latency-avg", "fetch-latency-max", "fetch-size-avg",
+                                         "records-per-request-avg", "fetch-total").contains(n.name()))
+                    System.out.printf(Locale.ROOT, "assign-consumer-metric: %s=%s%n", n.name(),
+                                      e.getValue().metricValue());
+            }
         }
         double seconds = (last - start) / 1e9;
         System.out.printf(Locale.ROOT, "assign-consumer: records=%d bytes=%d seconds=%.3f%n", records, bytes, seconds);
