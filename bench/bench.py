@@ -17,7 +17,7 @@ from benchlib import brokers, machine, procs, workloads  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_broker(broker, tools, plan, run_id):
+def run_broker(broker, tools, plan, run_id, payload_file):
     """Starts one broker, runs every workload against it, stops it. Never raises: failures are recorded."""
     res = {"workloads": {}, "loadavg_before": open("/proc/loadavg").read().strip()}
     procs.log(f"{broker.name}: starting in {broker.workdir}")
@@ -41,7 +41,7 @@ def run_broker(broker, tools, plan, run_id):
             procs.log(f"{broker.name}: warm-up failed: {warm['error']}")
         for i, w in enumerate(plan, 1):
             procs.log(f"{broker.name}: [{i}/{len(plan)}] {w['title']}")
-            r = workloads.run(tools, broker, w, f"bench-{run_id}-{broker.name}")
+            r = workloads.run(tools, broker, w, f"bench-{run_id}-{broker.name}", payload_file)
             if "error" not in r and w["kind"] == "produce" and r["records"] < w["records"]:
                 r["error"] = f"only {r['records']} of {w['records']} records were acknowledged"
             res["workloads"][w["id"]] = r
@@ -130,6 +130,8 @@ def main():
         save()
 
     tools = workloads.Tools(classpath)
+    payload_file = work / "payload-1k.jsonl"
+    workloads.write_payload_file(payload_file)
     for name in [b.strip() for b in args.brokers.split(",") if b.strip()]:
         if name == "kafka":
             broker = brokers.KafkaBroker(work / "kafka", REPO, Path(args.classpath_file).parent)
@@ -139,7 +141,7 @@ def main():
             version = broker.version()
         else:
             procs.die(f"unknown broker {name!r}: use kafka and/or annal")
-        res = run_broker(broker, tools, plan, run_id)
+        res = run_broker(broker, tools, plan, run_id, payload_file)
         res["version"] = version
         if name == "annal":
             res["binary"] = args.annal_bin

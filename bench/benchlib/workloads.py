@@ -28,8 +28,9 @@ def plan(short, fixed_rate):
              records=fixed_rate * rate_s, rate=fixed_rate, props={"acks": "all"}),
         dict(id="produce_100b_acks1", kind="produce", title="produce 100 B, acks=1, max rate", topic="b-100b",
              size=100, records=n100, rate=-1, props={"acks": "1"}),
-        dict(id="produce_1k_lz4", kind="produce", title="produce 1 KiB lz4, acks=1, max rate", topic="b-lz4",
-             size=1024, records=n1k, rate=-1, props={"acks": "1", "compression.type": "lz4"}),
+        dict(id="produce_1k_lz4", kind="produce", title="produce 1 KiB JSON-like lz4, acks=1, max rate",
+             topic="b-lz4", size=1024, records=n1k, rate=-1, props={"acks": "1", "compression.type": "lz4"},
+             payload_file=True),
         dict(id="backlog_fill", kind="produce", title=f"fill a {backlog_bytes // MIB} MiB backlog (acks=1)",
              topic="b-backlog", size=1024, records=backlog_bytes // 1024, rate=-1, props={"acks": "1"}),
         dict(id="consume_backlog", kind="consume", title=f"consumer catching up on {backlog_bytes // MIB} MiB",
@@ -40,6 +41,28 @@ def plan(short, fixed_rate):
         dict(id="end_to_end", kind="e2e", title="end-to-end latency, 1 KiB, acks=1, one record at a time",
              topic="b-e2e", size=1024, records=2_000 if short else 10_000),
     ]
+
+
+_WORDS = ("order", "payment", "checkout", "user", "session", "cart", "item", "shipped", "created", "updated",
+          "failed", "retry", "timeout", "ok", "warehouse", "eu-west", "us-east", "latency", "cache", "miss")
+
+
+def write_payload_file(path, lines=2000, size=1024):
+    """JSON-like log records of exactly `size` bytes, one per line, for the compressed workload: --record-size
+    payloads are random letters that lz4 cannot shrink (the producer's compression-rate-avg stays 1.0), while
+    real topics usually compress. Deterministic (fixed seed), so every run and both brokers get the same bytes."""
+    import random
+    rnd = random.Random(5)
+    with open(path, "w") as f:
+        for i in range(lines):
+            head = (f'{{"ts":{1764460800000 + i * 37},"level":"{rnd.choice(("INFO", "WARN", "DEBUG"))}",'
+                    f'"service":"{rnd.choice(_WORDS)}-{rnd.randrange(8)}","host":"node-{rnd.randrange(64):02d}",'
+                    f'"trace":"{rnd.getrandbits(64):016x}","msg":"')
+            words = []
+            while len(head) + len(" ".join(words)) < size - 2:
+                words.append(rnd.choice(_WORDS) if rnd.random() < 0.9 else str(rnd.randrange(100000)))
+            line = (head + " ".join(words))[:size - 2] + '"}'
+            f.write(line + "\n")
 
 
 def warmup():
@@ -70,11 +93,13 @@ class Tools:
         if code != 0:
             raise RuntimeError(f"creating topics {names} failed (exit {code}):\n{out.strip()[-2000:]}")
 
-    def command(self, w, bootstrap, group):
+    def command(self, w, bootstrap, group, payload_file=None):
         if w["kind"] == "produce":
             props = [f"bootstrap.servers={bootstrap}"] + [f"{k}={v}" for k, v in w["props"].items()]
+            payload = (["--payload-file", str(payload_file)] if w.get("payload_file")
+                       else ["--record-size", str(w["size"])])
             return self.java + ["org.apache.kafka.tools.ProducerPerformance", "--topic", w["topic"],
-                                "--num-records", str(w["records"]), "--record-size", str(w["size"]),
+                                "--num-records", str(w["records"])] + payload + [
                                 "--throughput", str(w["rate"]), "--print-metrics", "--producer-props"] + props
         if w["kind"] == "consume":
             return self.java + ["org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap,
@@ -98,12 +123,12 @@ def timeout_for(w):
     return min(900, 60 + w["records"] * w["size"] / (2 * MIB))
 
 
-def run(tools, broker, w, group):
+def run(tools, broker, w, group, payload_file=None):
     """Runs one workload against a running broker; returns its figures (or an error) as a dict."""
     result = {"title": w["title"], "record_size": w["size"], "records_requested": w["records"],
               # The machine may be shared: the load before the run tells how much to trust the figures.
               "loadavg_1m_before": float(open("/proc/loadavg").read().split()[0])}
-    cmd = tools.command(w, broker.bootstrap, group)
+    cmd = tools.command(w, broker.bootstrap, group, payload_file)
     cpu0 = procs.cpu_seconds(broker.pid)
     t0 = time.monotonic()
     with procs.Sampler(broker.pid) as sampler:
