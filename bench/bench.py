@@ -17,7 +17,7 @@ from benchlib import brokers, machine, procs, workloads  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_broker(broker, tools, plan, run_id, payload_file):
+def run_broker(broker, tools, plan, run_id, payload_file, short):
     """Starts one broker, runs every workload against it, stops it. Never raises: failures are recorded."""
     res = {"workloads": {}, "loadavg_before": open("/proc/loadavg").read().strip()}
     procs.log(f"{broker.name}: starting in {broker.workdir}")
@@ -34,9 +34,9 @@ def run_broker(broker, tools, plan, run_id, payload_file):
         time.sleep(2)  # let start-up work (log recovery, JIT, metadata) settle before calling it idle
         res["idle_rss_mib"] = round(procs.rss_mib(broker.pid), 1)
         procs.log(f"{broker.name}: idle RSS {res['idle_rss_mib']} MiB; creating topics")
-        tools.create_topics(broker.bootstrap, workloads.topics([workloads.warmup()] + plan))
+        tools.create_topics(broker.bootstrap, workloads.topics([workloads.warmup(short)] + plan))
         procs.log(f"{broker.name}: warm-up")
-        warm = workloads.run(tools, broker, workloads.warmup(), f"bench-{run_id}")
+        warm = workloads.run(tools, broker, workloads.warmup(short), f"bench-{run_id}")
         if "error" in warm:
             procs.log(f"{broker.name}: warm-up failed: {warm['error']}")
         for i, w in enumerate(plan, 1):
@@ -141,7 +141,7 @@ def main():
             version = broker.version()
         else:
             procs.die(f"unknown broker {name!r}: use kafka and/or annal")
-        res = run_broker(broker, tools, plan, run_id, payload_file)
+        res = run_broker(broker, tools, plan, run_id, payload_file, args.short)
         res["version"] = version
         if name == "annal":
             res["binary"] = args.annal_bin
