@@ -19,7 +19,7 @@ while [ $# -gt 0 ]; do
     --out) out="$2"; shift ;;
     --fixed-rate) fixed_rate="$2"; shift ;;
     --skip-limits) skip_limits=--skip-limits ;;
-    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
     *) echo "unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
   shift
