@@ -74,7 +74,16 @@ public abstract class Broker implements AutoCloseable {
             }
             b = new Annal(bin, workdir);
         }
-        b.start();
+        try {
+            b.start();
+        } catch (Exception | Error e) {
+            try {
+                b.close();
+            } catch (Throwable closeError) {
+                e.addSuppressed(closeError);
+            }
+            throw e;
+        }
         return b;
     }
 
