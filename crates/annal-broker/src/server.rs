@@ -239,7 +239,10 @@ pub fn encode_response<T: Encodable + HeaderVersion>(
     let header_version = T::header_version(version);
     let mut resp_header = ResponseHeader::default();
     resp_header.correlation_id = header.correlation_id;
-    let mut out = BytesMut::with_capacity(256);
+    // Sized up front: a fetch response carries megabytes of records, and growing the buffer by doubling would
+    // copy them again at every step.
+    let body_size = body.compute_size(version).unwrap_or(0);
+    let mut out = BytesMut::with_capacity(4 + 16 + body_size);
     out.extend_from_slice(&[0, 0, 0, 0]);
     resp_header
         .encode(&mut out, header_version)
