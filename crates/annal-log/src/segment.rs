@@ -658,6 +658,16 @@ impl Segment {
         self.time_index.sync()
     }
 
+    /// The files that make this segment durable (log, offset index, time index) with their paths, for an fsync
+    /// that runs without the segment (see `roll_flush.rs`). Buffered index entries are written first.
+    pub fn durable_files(&mut self) -> crate::Result<Vec<(Arc<File>, PathBuf)>> {
+        Ok(vec![
+            (Arc::clone(&self.file), self.log_path.clone()),
+            self.offset_index.durable_handle()?,
+            self.time_index.durable_handle()?,
+        ])
+    }
+
     /// A handle that can fsync the log file without holding the segment.
     pub fn file_handle(&self) -> Arc<File> {
         Arc::clone(&self.file)
