@@ -485,6 +485,13 @@ impl Log {
         }
     }
 
+    /// Waits for a roll fsync in flight before segments are deleted: its thread holds the files open, so their
+    /// space would come back only when it ends (a nearly full disk must get it back at once). Its outcome is
+    /// recorded as usual; a failure surfaces at the next append or flush.
+    fn settle_roll_flush(&mut self) {
+        let _ = self.finish_roll_flush(true);
+    }
+
     /// Makes roll fsyncs wait until the returned gate is opened (tests observe appends during a pending one).
     #[cfg(test)]
     pub(crate) fn hold_roll_flushes(&mut self) -> Arc<Gate> {
@@ -674,6 +681,9 @@ impl Log {
             .filter(|s| s.base_offset() != active_base && s.next_offset() <= self.log_start_offset)
             .map(Segment::base_offset)
             .collect();
+        if !doomed.is_empty() {
+            self.settle_roll_flush();
+        }
         for base in &doomed {
             self.segments.remove(base).expect("listed").delete()?;
         }
@@ -720,6 +730,9 @@ impl Log {
         }
         let active_base = self.active().base_offset();
         doomed.retain(|b| *b != active_base);
+        if !doomed.is_empty() {
+            self.settle_roll_flush();
+        }
         for base in &doomed {
             let seg = self.segments.remove(base).expect("listed");
             tracing::info!(dir = %self.dir.display(), base_offset = base, bytes = seg.size(), "retention deleted a segment");
@@ -1014,6 +1027,46 @@ mod tests {
         let second = done_rx.recv().unwrap();
         let log = appender.join().unwrap();
         assert!(log.flushed_offset() >= first && second > first);
+    }
+
+    /// Files of this process's open descriptors under `dir` that were deleted.
+    fn deleted_but_open(dir: &Path) -> Vec<String> {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .map(|p| p.display().to_string())
+            .filter(|p| p.starts_with(&dir.display().to_string()) && p.ends_with(" (deleted)"))
+            .collect()
+    }
+
+    #[test]
+    fn retention_waits_for_the_roll_fsync_so_deleted_space_comes_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(dir.path(), small_segments()).unwrap();
+        let gate = log.hold_roll_flushes();
+        append_until_roll(&mut log);
+        log.set_config(LogConfig {
+            retention_bytes: 1,
+            ..small_segments()
+        });
+        let opener = {
+            let gate = Arc::clone(&gate);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(200));
+                gate.open();
+            })
+        };
+        assert_eq!(
+            log.apply_retention(now_ms()).unwrap(),
+            1,
+            "the rolled segment goes"
+        );
+        assert_eq!(
+            deleted_but_open(dir.path()),
+            Vec::<String>::new(),
+            "the roll fsync still held deleted segment files open"
+        );
+        opener.join().unwrap();
     }
 
     #[test]
