@@ -22,8 +22,9 @@ fn main() {
     };
     let mut log = Log::open(dir.path(), config).expect("open log");
     let value = vec![b'x'; 1024 - 10];
-    let records: Vec<(Option<&[u8]>, Option<&[u8]>)> =
-        (0..1000).map(|_| (None, Some(value.as_slice()))).collect();
+    let records: Vec<_> = (0..1000)
+        .map(|_| (None::<&[u8]>, Some(value.as_slice())))
+        .collect();
     let mut bytes = batch::build_uncompressed_batch(&records, 1_700_000_000_000);
     let opts = AppendOptions {
         now_ms: 1_700_000_000_000,
