@@ -287,7 +287,9 @@ pub fn log_config(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -
         max_message_bytes: num("max.message.bytes").clamp(0, i32::MAX as i64) as u32,
         index_interval_bytes: num("index.interval.bytes").clamp(0, i32::MAX as i64) as u32,
         segment_index_bytes: num("segment.index.bytes").clamp(4, i32::MAX as i64) as u32,
-        flush_messages: if flush_messages <= 0 || flush_messages == i64::MAX {
+        // flush.messages=1 (fsync before acknowledging) is a group commit in the produce path
+        // (`durable_acks`), outside the partition lock, not an fsync inside every append.
+        flush_messages: if flush_messages <= 1 || flush_messages == i64::MAX {
             u64::MAX
         } else {
             flush_messages as u64
@@ -299,6 +301,17 @@ pub fn log_config(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -
 }
 
 /// True when the topic stamps LogAppendTime on appended batches.
+/// Whether produce acknowledgements (acks=1/all) must wait for an fsync: `flush.messages=1`, Kafka's way to
+/// ask for it (broker default `log.flush.interval.messages`). The produce path then waits for a group commit,
+/// so concurrent producers share fsyncs.
+pub fn durable_acks(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -> bool {
+    effective("flush.messages", overrides, broker)
+        .0
+        .trim()
+        .parse::<i64>()
+        .is_ok_and(|n| n == 1)
+}
+
 pub fn log_append_time(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -> bool {
     effective("message.timestamp.type", overrides, broker).0 == "LogAppendTime"
 }

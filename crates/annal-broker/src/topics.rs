@@ -7,10 +7,12 @@
 //! are removed at the next start).
 
 use std::collections::BTreeMap;
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
-use annal_log::Log;
+use annal_log::{DurableLog, GroupCommit, Log, SyncHandle};
 use anyhow::Context;
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
@@ -26,7 +28,57 @@ pub const REGISTRY_FILE: &str = "topics.json";
 pub struct Partition {
     pub topic: String,
     pub index: i32,
-    pub log: Mutex<Log>,
+    /// Lock it (`p.log.lock()`) for short engine calls; never hold it across an fsync the caller waits for.
+    pub log: Arc<PartitionLog>,
+    /// Group commit for durable acknowledgements (`flush.messages=1`), started at the first durable produce so
+    /// that partitions which never need it cost no thread.
+    commit: OnceLock<GroupCommit>,
+}
+
+impl Partition {
+    /// The partition's group commit (started on first use): register a wait with [`GroupCommit::durable`] under
+    /// the log's lock, right after the append, and await it after releasing the lock.
+    pub fn group_commit(&self) -> &GroupCommit {
+        self.commit
+            .get_or_init(|| GroupCommit::start(Arc::clone(&self.log)))
+    }
+
+    /// Stops the group commit (its flusher thread holds the log) and returns the log if nothing else holds it.
+    fn into_log(self) -> Option<Log> {
+        drop(self.commit);
+        Arc::try_unwrap(self.log).ok().map(|l| l.0.into_inner())
+    }
+}
+
+/// A partition's engine log behind its mutex. Derefs to the mutex; as a [`DurableLog`] it counts the group
+/// commit fsyncs it runs (see [`durable_sync_count`]).
+pub struct PartitionLog(Mutex<Log>);
+
+impl Deref for PartitionLog {
+    type Target = Mutex<Log>;
+
+    fn deref(&self) -> &Mutex<Log> {
+        &self.0
+    }
+}
+
+static DURABLE_SYNCS: AtomicU64 = AtomicU64::new(0);
+
+/// How many group-commit fsyncs (rounds, each covering every durable append waiting for it) this process has
+/// run, over all partitions: for metrics, and for tests that check appends share fsyncs.
+pub fn durable_sync_count() -> u64 {
+    DURABLE_SYNCS.load(Ordering::Relaxed)
+}
+
+impl DurableLog for PartitionLog {
+    fn with_log<R>(&self, f: impl FnOnce(&mut Log) -> R) -> R {
+        f(&mut self.0.lock())
+    }
+
+    fn sync(&self, handle: &SyncHandle) -> std::io::Result<()> {
+        DURABLE_SYNCS.fetch_add(1, Ordering::Relaxed);
+        handle.sync()
+    }
 }
 
 /// One topic. Immutable; changes replace the `Arc<Topic>` in the registry (partitions are shared).
@@ -247,9 +299,9 @@ impl Topics {
             let dir = partition_dir(&self.data_dir, &name, p.index);
             // Sole owner: let the engine delete its files. A request still holding the partition finishes
             // against the open files; the directory goes now either way.
-            let removed = match Arc::try_unwrap(p) {
-                Ok(p) => p.log.into_inner().delete().map_err(|e| e.to_string()),
-                Err(_) => Err("partition in use".into()),
+            let removed = match Arc::try_unwrap(p).ok().and_then(Partition::into_log) {
+                Some(log) => log.delete().map_err(|e| e.to_string()),
+                None => Err("partition in use".to_string()),
             };
             if removed.is_err() {
                 if let Err(e) = std::fs::remove_dir_all(&dir) {
@@ -339,15 +391,15 @@ impl Topics {
                 continue;
             };
             for p in topic.partitions {
-                match Arc::try_unwrap(p) {
-                    Ok(p) => {
-                        let (name, index) = (p.topic.clone(), p.index);
-                        if let Err(e) = p.log.into_inner().close() {
+                let (name, index) = (p.topic.clone(), p.index);
+                match Arc::try_unwrap(p).ok().and_then(Partition::into_log) {
+                    Some(log) => {
+                        if let Err(e) = log.close() {
                             tracing::error!(topic = %name, partition = index, error = %e, "clean close failed");
                         }
                     }
-                    Err(p) => {
-                        tracing::warn!(topic = %p.topic, partition = p.index, "partition still in use at shutdown; flushed but not marked clean")
+                    None => {
+                        tracing::warn!(topic = %name, partition = index, "partition still in use at shutdown; flushed but not marked clean")
                     }
                 }
             }
@@ -368,7 +420,8 @@ fn open_partition(
     Ok(Arc::new(Partition {
         topic: topic.to_string(),
         index,
-        log: Mutex::new(log),
+        log: Arc::new(PartitionLog(Mutex::new(log))),
+        commit: OnceLock::new(),
     }))
 }
 

@@ -12,6 +12,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::LogError;
 
@@ -39,7 +40,8 @@ pub struct TimeEntry {
 #[derive(Debug)]
 struct IndexFile {
     path: PathBuf,
-    file: File,
+    /// Shared with a background fsync after the segment rolls (see `roll_flush.rs`).
+    file: Arc<File>,
     /// Bytes in the file; `pending` follows them.
     written: u64,
     pending: Vec<u8>,
@@ -59,7 +61,7 @@ impl IndexFile {
             .map_err(|e| LogError::io("create index", path, e))?;
         Ok(IndexFile {
             path: path.to_path_buf(),
-            file,
+            file: Arc::new(file),
             written: 0,
             pending: Vec::new(),
         })
@@ -75,7 +77,7 @@ impl IndexFile {
         Ok((
             IndexFile {
                 path: path.to_path_buf(),
-                file,
+                file: Arc::new(file),
                 // New entries go after the existing ones (positional writes: no cursor to get wrong).
                 written: bytes.len() as u64,
                 pending: Vec::new(),
@@ -131,6 +133,12 @@ impl IndexFile {
         self.file
             .sync_data()
             .map_err(|e| LogError::io("fsync index", &self.path, e))
+    }
+
+    /// Writes buffered entries and returns the file and its path, for an fsync that runs elsewhere.
+    fn durable_handle(&mut self) -> crate::Result<(Arc<File>, PathBuf)> {
+        self.write_pending()?;
+        Ok((Arc::clone(&self.file), self.path.clone()))
     }
 }
 
@@ -250,6 +258,11 @@ impl OffsetIndex {
     pub fn write_buffered(&mut self) -> crate::Result<()> {
         self.file.write_pending()
     }
+
+    /// Writes buffered entries; returns the file to fsync (without the segment) and its path.
+    pub fn durable_handle(&mut self) -> crate::Result<(Arc<File>, PathBuf)> {
+        self.file.durable_handle()
+    }
 }
 
 /// The time index of one segment.
@@ -367,6 +380,11 @@ impl TimeIndex {
     /// Writes buffered entries to the file (no fsync).
     pub fn write_buffered(&mut self) -> crate::Result<()> {
         self.file.write_pending()
+    }
+
+    /// Writes buffered entries; returns the file to fsync (without the segment) and its path.
+    pub fn durable_handle(&mut self) -> crate::Result<(Arc<File>, PathBuf)> {
+        self.file.durable_handle()
     }
 }
 

@@ -501,8 +501,20 @@ impl Segment {
             return Ok(None);
         }
         let mut end = start + first.size() as u64;
+        // The offset index knows where most batches start: jump to the last known boundary that keeps the slice
+        // within bounds, then read headers one by one only for the few batches after it (one `pread` per batch
+        // header made 16 KiB batch reads 23% slower than plain reads).
+        let limit = start.saturating_add(max_bytes as u64);
+        let mut known = None;
+        if let Some((position, header)) = self.boundary_from_index(end, limit, upper_bound) {
+            end = position;
+            known = Some(header);
+        }
         while end < self.size {
-            let header = self.header_at(end)?;
+            let header = match known.take() {
+                Some(header) => header,
+                None => self.header_at(end)?,
+            };
             if header.base_offset >= upper_bound
                 || (end - start) as usize + header.size() > max_bytes
             {
@@ -515,6 +527,41 @@ impl Segment {
             position: start,
             len: (end - start) as usize,
         }))
+    }
+
+    /// The farthest batch start in `[from, limit]` that the offset index knows of and before which every batch
+    /// starts below `upper_bound`, with the header found there; `None` if there is none (or the entry does not
+    /// match the log, which is then walked instead). Every batch before an entry's batch has a base offset below
+    /// that batch's base offset, which is at most the entry's (last) offset: an entry whose offset is at most
+    /// `upper_bound` is safe to stop at.
+    fn boundary_from_index(
+        &self,
+        from: u64,
+        limit: u64,
+        upper_bound: i64,
+    ) -> Option<(u64, BatchHeader)> {
+        let entries = self.offset_index.entries();
+        let within_limit = entries.partition_point(|e| u64::from(e.position) <= limit);
+        let within_bound = entries
+            .partition_point(|e| self.base_offset + i64::from(e.relative_offset) <= upper_bound);
+        let entry = entries[..within_limit.min(within_bound)].last()?;
+        let position = u64::from(entry.position);
+        if position < from || position >= self.size {
+            return None;
+        }
+        match self.header_at(position) {
+            Ok(h) if h.last_offset() == self.base_offset + i64::from(entry.relative_offset) => {
+                Some((position, h))
+            }
+            _ => {
+                tracing::warn!(
+                    segment = %self.log_path.display(),
+                    ?entry,
+                    "offset index entry does not match the log; reading batch headers instead (delete the .index file and restart to rebuild it)"
+                );
+                None
+            }
+        }
     }
 
     /// The first record offset whose timestamp is >= `timestamp`, with that timestamp. Records of compressed
@@ -656,6 +703,16 @@ impl Segment {
             .map_err(|e| LogError::io("fsync segment", &self.log_path, e))?;
         self.offset_index.sync()?;
         self.time_index.sync()
+    }
+
+    /// The files that make this segment durable (log, offset index, time index) with their paths, for an fsync
+    /// that runs without the segment (see `roll_flush.rs`). Buffered index entries are written first.
+    pub fn durable_files(&mut self) -> crate::Result<Vec<(Arc<File>, PathBuf)>> {
+        Ok(vec![
+            (Arc::clone(&self.file), self.log_path.clone()),
+            self.offset_index.durable_handle()?,
+            self.time_index.durable_handle()?,
+        ])
     }
 
     /// A handle that can fsync the log file without holding the segment.

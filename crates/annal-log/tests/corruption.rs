@@ -229,6 +229,30 @@ fn a_plausible_but_wrong_index_entry_never_serves_wrong_batches() {
             }
         }
     }
+    // Large reads find the slice's end through the index too: the wrong entry must not cut a batch.
+    let segment_end = bases.get(2).copied().unwrap_or(i64::MAX);
+    let in_segment: Vec<&Stored> = stored
+        .iter()
+        .filter(|b| b.base >= bases[1] && b.base < segment_end)
+        .collect();
+    let segment_bytes: usize = in_segment.iter().map(|b| b.bytes.len()).sum();
+    for (i, b) in in_segment.iter().enumerate() {
+        for max_bytes in (0..=segment_bytes + 50).step_by(23) {
+            let mut expected = Vec::new();
+            for later in &in_segment[i..] {
+                if !expected.is_empty() && expected.len() + later.bytes.len() > max_bytes {
+                    break;
+                }
+                expected.extend_from_slice(&later.bytes);
+            }
+            let got = log.read(b.base, max_bytes, None).unwrap().slice.unwrap();
+            assert!(
+                got.read_to_vec().unwrap() == expected,
+                "read({}, {max_bytes}) did not serve the segment's whole batches from there",
+                b.base
+            );
+        }
+    }
 }
 
 #[test]

@@ -1,5 +1,9 @@
 //! Produce: batches are validated and appended by the engine exactly as sent (every codec passes through
 //! untouched); the engine also deduplicates idempotent producers' retries and reports sequence/epoch errors.
+//!
+//! Durable acknowledgements (`flush.messages=1`): the append registers a wait with the partition's group commit
+//! under the partition lock, and the response waits for it after the lock is released, so concurrent producers
+//! share one fsync and appends go on while it runs (see `annal_log::GroupCommit`).
 
 use std::sync::Arc;
 
@@ -23,11 +27,11 @@ pub async fn handle(
     let acks = req.acks;
     let transactional = req.transactional_id.is_some();
     // Resolve partitions and check request-level rules first; then append everything in one blocking call.
-    type Ready = (Arc<crate::topics::Partition>, Vec<u8>, bool);
+    /// The partition, the batches to append, whether the topic uses LogAppendTime, whether acks wait for fsync.
+    type Ready = (Arc<crate::topics::Partition>, Vec<u8>, bool, bool);
     struct Work {
         topic: usize,
         index: i32,
-        /// The partition, the batches to append, and whether the topic uses LogAppendTime.
         result: Result<Ready, (i16, String)>,
     }
     let mut topics = Vec::new();
@@ -77,6 +81,7 @@ pub async fn handle(
                                     part,
                                     bytes.to_vec(),
                                     topic_config::log_append_time(&topic.configs, &broker.config),
+                                    topic_config::durable_acks(&topic.configs, &broker.config),
                                 )),
                             }
                         }
@@ -95,21 +100,31 @@ pub async fn handle(
     let done = blocking(move || {
         work.into_iter()
             .map(|w| {
-                let outcome = w.result.and_then(|(part, mut bytes, log_append_time)| {
+                let outcome = w.result.and_then(|(part, mut bytes, log_append_time, durable)| {
                     let opts = AppendOptions {
                         leader_epoch: 0,
                         now_ms: now,
                         timestamp_type: if log_append_time { TimestampType::LogAppendTime } else { TimestampType::CreateTime },
                         ..Default::default()
                     };
-                    let appended = part.log.lock().append(&mut bytes, &opts);
-                    appended.map_err(|e| {
-                        let c = error_code(&e);
-                        if c == code::KAFKA_STORAGE_ERROR {
-                            tracing::error!(topic = %part.topic, partition = part.index, error = %e, "append failed");
-                        }
-                        (c, format!("{}-{}: {e}", part.topic, part.index))
-                    })
+                    let mut log = part.log.lock();
+                    let appended = log.append(&mut bytes, &opts);
+                    // Registered under the lock, right after the append: the next fsync covers it.
+                    let durable_wait = match &appended {
+                        Ok(info) if durable => Some(part.group_commit().durable(info.last_offset)),
+                        _ => None,
+                    };
+                    drop(log);
+                    let name = format!("{}-{}", part.topic, part.index);
+                    appended
+                        .map(|info| (info, durable_wait.map(|wait| (name.clone(), wait))))
+                        .map_err(|e| {
+                            let c = error_code(&e);
+                            if c == code::KAFKA_STORAGE_ERROR {
+                                tracing::error!(topic = %part.topic, partition = part.index, error = %e, "append failed");
+                            }
+                            (c, format!("{name}: {e}"))
+                        })
                 });
                 (w.topic, w.index, outcome)
             })
@@ -118,7 +133,31 @@ pub async fn handle(
     .await;
 
     let mut any_appended = false;
+    let mut done_durable = Vec::with_capacity(done.len());
     for (ti, index, outcome) in done {
+        let outcome = match outcome {
+            Ok((info, None)) => Ok(info),
+            Ok((info, Some((name, wait)))) if acks == 0 => {
+                // Nobody waits for the answer, but flush.messages=1 still asks for the fsync: let it run.
+                tokio::spawn(async move {
+                    if let Err(e) = wait.await {
+                        tracing::error!(partition = %name, error = %e, "fsync after an acks=0 produce failed");
+                    }
+                });
+                Ok(info)
+            }
+            Ok((info, Some((name, wait)))) => match wait.await {
+                Ok(()) => Ok(info),
+                Err(e) => {
+                    tracing::error!(partition = %name, error = %e, "durable produce failed");
+                    Err((code::KAFKA_STORAGE_ERROR, format!("{name}: {e}")))
+                }
+            },
+            Err(e) => Err(e),
+        };
+        done_durable.push((ti, index, outcome));
+    }
+    for (ti, index, outcome) in done_durable {
         let mut r = PartitionProduceResponse::default().with_index(index);
         match outcome {
             Ok(info) => {
