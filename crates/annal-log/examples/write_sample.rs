@@ -14,7 +14,7 @@ fn main() {
     for i in 0..batches {
         let key = format!("key-{i}");
         let values: Vec<String> = (0..5).map(|j| format!("value-{i}-{j}")).collect();
-        let records: Vec<(Option<&[u8]>, Option<&[u8]>)> = values
+        let records: Vec<annal_log::batch::KeyValue> = values
             .iter()
             .map(|v| (Some(key.as_bytes()), Some(v.as_bytes())))
             .collect();

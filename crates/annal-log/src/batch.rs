@@ -455,6 +455,9 @@ pub fn set_log_append_time(batch: &mut [u8], now_ms: i64) {
     batch[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
+/// A record's key and value for [`build_batch`]; `None` is a null key or value.
+pub type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
 /// Producer fields for [`build_batch`].
 #[derive(Debug, Clone, Copy)]
 pub struct ProducerFields {
@@ -477,17 +480,14 @@ impl Default for ProducerFields {
 
 /// Builds an uncompressed v2 batch of `(key, value)` records, all stamped `timestamp_ms`, base offset 0.
 /// For tests, benchmarks and tools; producers build their own.
-pub fn build_uncompressed_batch(
-    records: &[(Option<&[u8]>, Option<&[u8]>)],
-    timestamp_ms: i64,
-) -> Vec<u8> {
+pub fn build_uncompressed_batch(records: &[KeyValue<'_>], timestamp_ms: i64) -> Vec<u8> {
     let timestamps = vec![timestamp_ms; records.len()];
     build_batch(records, &timestamps, ProducerFields::default())
 }
 
 /// Builds an uncompressed v2 batch with one timestamp per record and the given producer fields.
 pub fn build_batch(
-    records: &[(Option<&[u8]>, Option<&[u8]>)],
+    records: &[KeyValue<'_>],
     timestamps_ms: &[i64],
     producer: ProducerFields,
 ) -> Vec<u8> {

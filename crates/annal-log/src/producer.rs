@@ -312,8 +312,7 @@ mod tests {
         records: usize,
         base_offset: i64,
     ) -> BatchHeader {
-        let values: Vec<(Option<&[u8]>, Option<&[u8]>)> =
-            vec![(None, Some(b"v".as_slice())); records];
+        let values: Vec<crate::batch::KeyValue> = vec![(None, Some(b"v".as_slice())); records];
         let mut bytes = build_batch(
             &values,
             &vec![1000; records],
