@@ -120,8 +120,11 @@ class AnnalBroker(Broker):
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._log = open(self.workdir / "annal.log", "ab")
         t_launch = time.monotonic()
+        # The same single-node group setting scripts/kafka/start.sh gives Kafka (its config/server.properties):
+        # no initial rebalance delay, so "incl. group join" figures compare like with like.
         self.proc = subprocess.Popen([self.annal_bin, "serve", "--data-dir", str(self.workdir / "data"),
-                                      "--listen", self.bootstrap],
+                                      "--listen", self.bootstrap,
+                                      "--override", "group.initial.rebalance.delay.ms=0"],
                                      stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True)
         self.pid = self.proc.pid
