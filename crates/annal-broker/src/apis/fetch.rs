@@ -12,7 +12,8 @@ use uuid::Uuid;
 
 use super::offsets::error_code;
 use super::{code, fetch_session};
-use crate::topics::Partition;
+use crate::topic_config;
+use crate::topics::{high_watermark, Partition};
 use crate::Broker;
 
 /// Longest wait we honour, whatever the client asks (Kafka clients use 500 ms by default).
@@ -22,7 +23,8 @@ const MAX_WAIT_MS: i32 = 60_000;
 type Plan = Vec<(String, Uuid, Vec<(i32, i64, i32, Target)>)>;
 
 enum Target {
-    Found(Arc<Partition>),
+    /// The partition, and whether its topic is durable (high watermark = flushed offset).
+    Found(Arc<Partition>, bool),
     Missing(i16),
 }
 
@@ -223,7 +225,10 @@ fn resolve(broker: &Broker, by_id: bool, entries: &fetch_session::Entries) -> Pl
                 .ok()
                 .and_then(|i| topic.partitions.get(i))
             {
-                Some(part) => Target::Found(part.clone()),
+                Some(part) => Target::Found(
+                    part.clone(),
+                    topic_config::durable_acks(&topic.configs, &broker.config),
+                ),
                 None => Target::Missing(code::UNKNOWN_TOPIC_OR_PARTITION),
             },
         };
@@ -269,15 +274,17 @@ fn read_all(
                     pd.error_code = *c;
                     has_error = true;
                 }
-                Target::Found(part) => {
+                Target::Found(part, durable) => {
                     let budget = (*partition_max).max(0) as usize;
                     let budget = budget.min(max_bytes.saturating_sub(total));
                     let first = total == 0;
                     // Take the slice under the lock; read its bytes after releasing it.
+                    // Durable topics are read only up to the flushed offset (their high watermark).
                     let read = {
                         let log = part.log.lock();
-                        let r = log.read(*offset, budget.max(1), None);
-                        (r, log.log_start_offset(), log.log_end_offset())
+                        let hw = high_watermark(&log, *durable);
+                        let r = log.read(*offset, budget.max(1), durable.then_some(hw));
+                        (r, log.log_start_offset(), hw)
                     };
                     let (r, start, end) = read;
                     pd.high_watermark = end;
