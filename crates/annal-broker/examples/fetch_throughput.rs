@@ -3,7 +3,7 @@
 //!     cargo run --release -p annal-broker --example fetch_throughput -- fill 127.0.0.1:9092 t 8 1024
 //!     cargo run --release -p annal-broker --example fetch_throughput -- consume 127.0.0.1:9092 t 8
 //!
-//! `fill` creates the topic and produces MIB mebibytes of 1 KiB records (1 MiB uncompressed batches, acks=1)
+//! `fill` creates the topic and produces MIB batches of 960 1 KiB records (uncompressed, under the 1 MiB max.message.bytes, acks=1)
 //! round-robin over the partitions; `consume` fetches every partition from offset 0 to its high watermark
 //! (Fetch v12, sessionless, Kafka's consumer defaults: partition_max_bytes 1 MiB, max_bytes 50 MiB) and prints
 //! the rate of record bytes received.
@@ -80,8 +80,7 @@ fn main() {
             let r = c.call(&req, 7);
             eprintln!("create: error {}", r.topics[0].error_code);
             let value: Vec<u8> = (0..1024u32).map(|i| b'a' + (i * 7 % 26) as u8).collect();
-            let records: Vec<KeyValue> =
-                (0..1024).map(|_| (None, Some(value.as_slice()))).collect();
+            let records: Vec<KeyValue> = (0..960).map(|_| (None, Some(value.as_slice()))).collect();
             let batch = annal_log::batch::build_uncompressed_batch(&records, 1_700_000_000_000);
             use kafka_protocol::messages::produce_request::{
                 PartitionProduceData, TopicProduceData,
@@ -98,7 +97,7 @@ fn main() {
                 let r = c.call(&req, 9);
                 assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
             }
-            eprintln!("produced {mib} MiB");
+            eprintln!("produced {mib} batches of 960 KiB");
         }
         "consume" => {
             use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
