@@ -114,7 +114,7 @@ async fn connection(
         let response = handle_frame(&broker, Bytes::from(frame)).await?;
         drop(permit);
         if let Some(response) = response {
-            match tokio::time::timeout(idle, stream.write_all(&response)).await {
+            match tokio::time::timeout(idle, write_response(&mut stream, response)).await {
                 Err(_) => {
                     return Err(Close(
                         "client did not read its response within connections.max.idle.ms".into(),
@@ -125,6 +125,142 @@ async fn connection(
             }
         }
     }
+}
+
+/// A response frame: one buffer, or (zero-copy Fetch) buffers and ranges of segment files that `sendfile(2)`
+/// sends straight from the page cache, in order. The frame's size prefix (in the first buffer) covers them all.
+pub enum Response {
+    Buf(BytesMut),
+    Pieces(Vec<Piece>),
+}
+
+pub enum Piece {
+    Bytes(Bytes),
+    File(annal_log::FileSlice),
+}
+
+impl From<BytesMut> for Response {
+    fn from(b: BytesMut) -> Response {
+        Response::Buf(b)
+    }
+}
+
+impl Response {
+    /// Total bytes on the wire, size prefix included.
+    pub fn len(&self) -> usize {
+        match self {
+            Response::Buf(b) => b.len(),
+            Response::Pieces(p) => p
+                .iter()
+                .map(|p| match p {
+                    Piece::Bytes(b) => b.len(),
+                    Piece::File(f) => f.len(),
+                })
+                .sum(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Writes one response. File pieces go with `sendfile(2)` (Linux); a failure midway closes the connection
+/// (the frame is incomplete), as any write failure does.
+async fn write_response(stream: &mut TcpStream, response: Response) -> std::io::Result<()> {
+    match response {
+        Response::Buf(b) => stream.write_all(&b).await,
+        Response::Pieces(pieces) => {
+            let corked = cork(stream, true);
+            for piece in pieces {
+                match piece {
+                    Piece::Bytes(b) => stream.write_all(&b).await?,
+                    Piece::File(f) => send_file(stream, &f).await?,
+                }
+            }
+            if corked {
+                cork(stream, false);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// TCP_CORK: the small buffers between file ranges leave in full packets with the file bytes, not alone
+/// (the socket has TCP_NODELAY). Best effort.
+#[cfg(target_os = "linux")]
+fn cork(stream: &TcpStream, on: bool) -> bool {
+    use std::os::fd::AsRawFd;
+    let v: libc::c_int = on.into();
+    // SAFETY: setsockopt on a valid socket fd with a c_int option value of the given size.
+    unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CORK,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn cork(_stream: &TcpStream, _on: bool) -> bool {
+    false
+}
+
+/// Sends a file range with `sendfile(2)`: partial writes continue where they stopped, EAGAIN waits for the socket
+/// to become writable. A file shorter than the range (truncated meanwhile) is an error.
+#[cfg(target_os = "linux")]
+async fn send_file(stream: &TcpStream, slice: &annal_log::FileSlice) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (file, position, len) = slice.file_range();
+    let (mut offset, mut left) = (position as libc::off_t, len);
+    while left > 0 {
+        stream.writable().await?;
+        let sent = stream.try_io(tokio::io::Interest::WRITABLE, || {
+            // SAFETY: both fds are open for the duration of the call; `offset` is a valid off_t that sendfile
+            // advances by the bytes it sent.
+            let n = unsafe {
+                libc::sendfile(
+                    stream.as_raw_fd(),
+                    file.as_raw_fd(),
+                    &mut offset,
+                    left.min(1 << 30),
+                )
+            };
+            if n < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
+            }
+        });
+        match sent {
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "segment file ended inside a fetched range",
+                ))
+            }
+            Ok(n) => left -= n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+async fn send_file(stream: &mut TcpStream, slice: &annal_log::FileSlice) -> std::io::Result<()> {
+    let s = slice.clone();
+    let bytes = tokio::task::spawn_blocking(move || s.read_to_vec())
+        .await
+        .map_err(std::io::Error::other)??;
+    stream.write_all(&bytes).await
 }
 
 /// Reads a `size`-byte frame body. Memory follows the bytes that actually arrive (a peer that declares a large
@@ -192,7 +328,7 @@ pub fn prefix(frame: &[u8]) -> Option<Prefix> {
 }
 
 /// Decodes one request and answers it. `Ok(None)`: no response (Produce with acks=0). `Err`: close the connection.
-pub async fn handle_frame(broker: &Arc<Broker>, frame: Bytes) -> Result<Option<BytesMut>, Close> {
+pub async fn handle_frame(broker: &Arc<Broker>, frame: Bytes) -> Result<Option<Response>, Close> {
     let p = prefix(&frame).ok_or_else(|| Close("frame shorter than a request header".into()))?;
     let Ok(api_key) = ApiKey::try_from(p.api_key) else {
         // No response schema exists for an unknown key; Kafka closes the connection too.
@@ -203,9 +339,9 @@ pub async fn handle_frame(broker: &Arc<Broker>, frame: Bytes) -> Result<Option<B
     if !in_range {
         if api_key == ApiKey::ApiVersions {
             // KIP-511: always answer, with a v0 body carrying UNSUPPORTED_VERSION and our ranges.
-            return Ok(Some(apis::api_versions::unsupported_version_response(
-                p.correlation_id,
-            )));
+            return Ok(Some(
+                apis::api_versions::unsupported_version_response(p.correlation_id).into(),
+            ));
         }
         // Clients only send versions we advertise; Kafka disconnects on anything else, and so do we.
         return Err(Close(format!(

@@ -50,6 +50,17 @@ impl Partition {
     }
 }
 
+/// The high watermark of a partition: what consumers may see and ListOffsets LATEST answers. For durable topics
+/// (`flush.messages=1`, see [`topic_config::durable_acks`]) it is the flushed offset, so no consumer sees a record
+/// before its fsync (as Kafka's high watermark would not expose it); otherwise the log end.
+pub fn high_watermark(log: &Log, durable: bool) -> i64 {
+    if durable {
+        log.flushed_offset().min(log.log_end_offset())
+    } else {
+        log.log_end_offset()
+    }
+}
+
 /// A partition's engine log behind its mutex. Derefs to the mutex; as a [`DurableLog`] it counts the group
 /// commit fsyncs it runs (see [`durable_sync_count`]).
 pub struct PartitionLog(Mutex<Log>);
@@ -372,8 +383,17 @@ impl Topics {
         self.persist(&next)?;
         *self.by_name.write() = next;
         let log_config = topic_config::log_config(&topic.configs, broker);
+        let durable = topic_config::durable_acks(&topic.configs, broker);
         for p in &topic.partitions {
-            p.log.lock().set_config(log_config.clone());
+            let mut log = p.log.lock();
+            log.set_config(log_config.clone());
+            // Becoming durable: flush what was appended before, so the high watermark (now the flushed offset)
+            // does not step back.
+            if durable && log.flushed_offset() < log.log_end_offset() {
+                if let Err(e) = log.flush() {
+                    tracing::error!(topic = %p.topic, partition = p.index, error = %e, "flush after config change failed");
+                }
+            }
         }
         Ok(())
     }
@@ -415,8 +435,18 @@ fn open_partition(
     broker: &BrokerConfig,
 ) -> anyhow::Result<Arc<Partition>> {
     let dir = partition_dir(data_dir, topic, index);
-    let log = Log::open(&dir, topic_config::log_config(configs, broker))
+    let mut log = Log::open(&dir, topic_config::log_config(configs, broker))
         .with_context(|| format!("cannot open partition {topic}-{index} in {}", dir.display()))?;
+    if topic_config::durable_acks(configs, broker) && log.flushed_offset() < log.log_end_offset() {
+        // Durable partitions expose only flushed records (see `high_watermark`): after a kill -9 the tail that
+        // recovery kept is flushed now, so the high watermark is not stuck below the log end.
+        log.flush().with_context(|| {
+            format!(
+                "cannot flush partition {topic}-{index} in {}",
+                dir.display()
+            )
+        })?;
+    }
     Ok(Arc::new(Partition {
         topic: topic.to_string(),
         index,

@@ -1,18 +1,21 @@
 //! Fetch with long polling and KIP-227 incremental fetch sessions (see [`super::fetch_session`]). Reads return
 //! whole batches; the first partition with data always gets at least one batch (KIP-74).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use annal_log::LogError;
-use bytes::Bytes;
+use annal_log::{FileSlice, LogError};
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, RequestHeader};
 use uuid::Uuid;
 
 use super::offsets::error_code;
 use super::{code, fetch_session};
-use crate::topics::Partition;
+use crate::server::{encode_response, Close, Piece, Response};
+use crate::topic_config;
+use crate::topics::{high_watermark, Partition};
 use crate::Broker;
 
 /// Longest wait we honour, whatever the client asks (Kafka clients use 500 ms by default).
@@ -22,7 +25,8 @@ const MAX_WAIT_MS: i32 = 60_000;
 type Plan = Vec<(String, Uuid, Vec<(i32, i64, i32, Target)>)>;
 
 enum Target {
-    Found(Arc<Partition>),
+    /// The partition, and whether its topic is durable (high watermark = flushed offset).
+    Found(Arc<Partition>, bool),
     Missing(i16),
 }
 
@@ -40,7 +44,7 @@ pub async fn handle(
     broker: &Arc<Broker>,
     header: &RequestHeader,
     req: FetchRequest,
-) -> FetchResponse {
+) -> (FetchResponse, Slices) {
     let version = header.request_api_version;
     let by_id = version >= 13;
     let key = |name: &str, id: Uuid, partition: i32| fetch_session::Key {
@@ -78,7 +82,12 @@ pub async fn handle(
                 (Mode::New, requested)
             }
             (0, 0) => (Mode::Sessionless, requested),
-            (0, _) => return session_error(code::INVALID_FETCH_SESSION_EPOCH),
+            (0, _) => {
+                return (
+                    session_error(code::INVALID_FETCH_SESSION_EPOCH),
+                    Slices::default(),
+                )
+            }
             (id, -1) => {
                 // FINAL_EPOCH: the client closes its session and fetches sessionless.
                 sessions.remove(id);
@@ -103,7 +112,7 @@ pub async fn handle(
                     .collect();
                 match sessions.update(id, epoch, &requested, &forgotten) {
                     Ok(all) => (Mode::Incremental(id), all),
-                    Err(c) => return session_error(c),
+                    Err(c) => return (session_error(c), Slices::default()),
                 }
             }
         }
@@ -122,16 +131,16 @@ pub async fn handle(
     let min_bytes = req.min_bytes.max(0) as usize;
     let mut appended = broker.appended.subscribe();
     let mut shutting_down = broker.shutting_down.clone();
-    let responses = loop {
+    let (responses, slices) = loop {
         // Subscribe before reading, so an append between the read and the wait still wakes us.
         appended.borrow_and_update();
-        // Disk reads (pread of segment files) run off the async workers.
+        // Index lookups (and page faults on them) run off the async workers.
         let p = plan.clone();
-        let (responses, total, has_error) =
+        let (responses, slices, total, has_error) =
             super::blocking(move || read_all(&p, version, max_bytes, read_committed)).await;
         let now = tokio::time::Instant::now();
         if total >= min_bytes || has_error || now >= deadline || *shutting_down.borrow() {
-            break responses;
+            break (responses, slices);
         }
         tokio::select! {
             _ = appended.changed() => {}
@@ -141,9 +150,12 @@ pub async fn handle(
     };
     let responses = match mode {
         Mode::Sessionless => {
-            return FetchResponse::default()
-                .with_responses(responses)
-                .with_session_id(0)
+            return (
+                FetchResponse::default()
+                    .with_responses(responses)
+                    .with_session_id(0),
+                slices,
+            )
         }
         Mode::New => {
             let told = entries
@@ -160,9 +172,12 @@ pub async fn handle(
                 })
                 .collect();
             let id = sessions.create(told);
-            return FetchResponse::default()
-                .with_responses(responses)
-                .with_session_id(id);
+            return (
+                FetchResponse::default()
+                    .with_responses(responses)
+                    .with_session_id(id),
+                slices,
+            );
         }
         Mode::Incremental(id) => {
             let mut keys = entries.iter().map(|(k, _, _)| k);
@@ -187,9 +202,12 @@ pub async fn handle(
             (id, out)
         }
     };
-    FetchResponse::default()
-        .with_responses(responses.1)
-        .with_session_id(responses.0)
+    (
+        FetchResponse::default()
+            .with_responses(responses.1)
+            .with_session_id(responses.0),
+        slices,
+    )
 }
 
 fn session_error(code: i16) -> FetchResponse {
@@ -223,7 +241,10 @@ fn resolve(broker: &Broker, by_id: bool, entries: &fetch_session::Entries) -> Pl
                 .ok()
                 .and_then(|i| topic.partitions.get(i))
             {
-                Some(part) => Target::Found(part.clone()),
+                Some(part) => Target::Found(
+                    part.clone(),
+                    topic_config::durable_acks(&topic.configs, &broker.config),
+                ),
                 None => Target::Missing(code::UNKNOWN_TOPIC_OR_PARTITION),
             },
         };
@@ -241,7 +262,8 @@ fn read_all(
     version: i16,
     max_bytes: usize,
     read_committed: bool,
-) -> (Vec<FetchableTopicResponse>, usize, bool) {
+) -> (Vec<FetchableTopicResponse>, Slices, usize, bool) {
+    let mut slices = Slices::new();
     let mut total = 0usize;
     let mut has_error = false;
     let mut responses = Vec::with_capacity(plan.len());
@@ -269,15 +291,17 @@ fn read_all(
                     pd.error_code = *c;
                     has_error = true;
                 }
-                Target::Found(part) => {
+                Target::Found(part, durable) => {
                     let budget = (*partition_max).max(0) as usize;
                     let budget = budget.min(max_bytes.saturating_sub(total));
                     let first = total == 0;
                     // Take the slice under the lock; read its bytes after releasing it.
+                    // Durable topics are read only up to the flushed offset (their high watermark).
                     let read = {
                         let log = part.log.lock();
-                        let r = log.read(*offset, budget.max(1), None);
-                        (r, log.log_start_offset(), log.log_end_offset())
+                        let hw = high_watermark(&log, *durable);
+                        let r = log.read(*offset, budget.max(1), durable.then_some(hw));
+                        (r, log.log_start_offset(), hw)
                     };
                     let (r, start, end) = read;
                     pd.high_watermark = end;
@@ -287,17 +311,9 @@ fn read_all(
                         Ok(read) => {
                             if let Some(slice) = read.slice {
                                 if first || slice.len() <= budget {
-                                    match slice.read_to_vec() {
-                                        Ok(bytes) => {
-                                            total += bytes.len();
-                                            pd.records = Some(Bytes::from(bytes));
-                                        }
-                                        Err(e) => {
-                                            tracing::error!(partition = %format!("{}-{}", part.topic, part.index), error = %e, "read failed");
-                                            pd.error_code = code::KAFKA_STORAGE_ERROR;
-                                            has_error = true;
-                                        }
-                                    }
+                                    // Not read here: the records go from the file to the socket (see `encode`).
+                                    total += slice.len();
+                                    pd.records = Some(slices.push(slice));
                                 }
                             }
                         }
@@ -317,5 +333,201 @@ fn read_all(
         }
         responses.push(topic);
     }
-    (responses, total, has_error)
+    (responses, slices, total, has_error)
+}
+
+/// The file ranges of a fetch response's records. Each partition with records carries a 16-byte sentinel in
+/// its `records` field instead: a random prefix shared by the response and the slice's index. `encode` finds
+/// the sentinels in the encoded response and sends the ranges in their place.
+pub struct Slices {
+    prefix: [u8; 12],
+    slices: Vec<FileSlice>,
+}
+
+impl Default for Slices {
+    fn default() -> Slices {
+        Slices::new()
+    }
+}
+
+const SENTINEL_LEN: usize = 16;
+
+static ZERO_COPY: AtomicU64 = AtomicU64::new(0);
+static COPIED: AtomicU64 = AtomicU64::new(0);
+
+/// Fetch responses with records sent zero-copy, and those that fell back to copying, since the process started
+/// (for metrics and tests).
+pub fn zero_copy_counts() -> (u64, u64) {
+    (
+        ZERO_COPY.load(Ordering::Relaxed),
+        COPIED.load(Ordering::Relaxed),
+    )
+}
+
+impl Slices {
+    fn new() -> Slices {
+        let mut prefix = [0u8; 12];
+        prefix.copy_from_slice(&Uuid::new_v4().as_bytes()[..12]);
+        Slices {
+            prefix,
+            slices: Vec::new(),
+        }
+    }
+
+    /// Records `slice`; returns the sentinel that stands for it.
+    fn push(&mut self, slice: FileSlice) -> Bytes {
+        let mut s = Vec::with_capacity(SENTINEL_LEN);
+        s.extend_from_slice(&self.prefix);
+        s.extend_from_slice(&(self.slices.len() as u32).to_be_bytes());
+        self.slices.push(slice);
+        Bytes::from(s)
+    }
+
+    /// The slice a records field stands for, if it is one of our sentinels.
+    fn lookup(&self, records: &[u8]) -> Option<&FileSlice> {
+        if records.len() != SENTINEL_LEN || records[..12] != self.prefix {
+            return None;
+        }
+        let i = u32::from_be_bytes(records[12..].try_into().ok()?) as usize;
+        self.slices.get(i)
+    }
+}
+
+/// Encodes a fetch response. Records go zero-copy: the response is encoded with sentinels as records, the
+/// sentinels (and their length prefixes) are cut out, and the file ranges are sent in their place with
+/// `sendfile(2)` by the connection writer. If anything is unexpected (a sentinel not found exactly once, a
+/// length prefix that is not the sentinel's), the records are read into the response as before.
+pub async fn encode(
+    header: &RequestHeader,
+    resp: FetchResponse,
+    slices: Slices,
+) -> Result<Response, Close> {
+    let buf = encode_response(header, &resp)?;
+    if slices.slices.is_empty() {
+        return Ok(buf.into());
+    }
+    let flexible = header.request_api_version >= 12;
+    if let Some(pieces) = splice(&buf, &slices, flexible) {
+        ZERO_COPY.fetch_add(1, Ordering::Relaxed);
+        return Ok(Response::Pieces(pieces));
+    }
+    COPIED.fetch_add(1, Ordering::Relaxed);
+    tracing::warn!(
+        version = header.request_api_version,
+        "fetch response: sentinels not found as expected; sending records by copy"
+    );
+    drop(buf);
+    let resp = super::blocking(move || fill_records(resp, &slices)).await;
+    encode_response(header, &resp).map(Into::into)
+}
+
+/// The old path: each sentinel replaced by the bytes of its slice.
+fn fill_records(mut resp: FetchResponse, slices: &Slices) -> FetchResponse {
+    for topic in &mut resp.responses {
+        for pd in &mut topic.partitions {
+            let Some(slice) = pd.records.as_deref().and_then(|r| slices.lookup(r)) else {
+                continue;
+            };
+            match slice.read_to_vec() {
+                Ok(bytes) => pd.records = Some(Bytes::from(bytes)),
+                Err(e) => {
+                    tracing::error!(partition = pd.partition_index, error = %e, "read failed");
+                    pd.records = Some(Bytes::new());
+                    pd.error_code = code::KAFKA_STORAGE_ERROR;
+                }
+            }
+        }
+    }
+    resp
+}
+
+/// Cuts the encoded response at each sentinel: [bytes, file range, bytes, ...], with each range's length prefix
+/// (i32 before v12, unsigned varint length+1 from v12) and the frame size rewritten. `None` if a sentinel is
+/// missing, repeated, or not preceded by the length prefix of 16 bytes.
+fn splice(buf: &[u8], slices: &Slices, flexible: bool) -> Option<Vec<Piece>> {
+    let n = slices.slices.len();
+    let prefix_len = if flexible { 1 } else { 4 };
+    let expected: &[u8] = if flexible {
+        &[SENTINEL_LEN as u8 + 1]
+    } else {
+        &(SENTINEL_LEN as i32).to_be_bytes()
+    };
+    // One pass: every occurrence of the response's prefix must be a sentinel, each index found once.
+    let mut at_index: Vec<Option<usize>> = vec![None; n];
+    let mut cuts = Vec::with_capacity(n);
+    let first = slices.prefix[0];
+    let mut i = 4;
+    while i + SENTINEL_LEN <= buf.len() {
+        let Some(step) = buf[i..buf.len() - SENTINEL_LEN + 1]
+            .iter()
+            .position(|b| *b == first)
+        else {
+            break;
+        };
+        i += step;
+        if buf[i..i + 12] == slices.prefix {
+            let index = u32::from_be_bytes(buf[i + 12..i + SENTINEL_LEN].try_into().ok()?) as usize;
+            if index >= n || at_index[index].is_some() || i < 4 + prefix_len {
+                return None;
+            }
+            if &buf[i - prefix_len..i] != expected {
+                return None;
+            }
+            at_index[index] = Some(i);
+            cuts.push((i - prefix_len, i + SENTINEL_LEN, index));
+            i += SENTINEL_LEN;
+        } else {
+            i += 1;
+        }
+    }
+    if cuts.len() != n {
+        return None;
+    }
+    let mut size = buf.len() - 4;
+    for (start, end, index) in &cuts {
+        size = size - (end - start)
+            + varint_or_i32_len(slices.slices[*index].len(), flexible)
+            + slices.slices[*index].len();
+    }
+    let size = i32::try_from(size).ok()?;
+    let mut pieces = Vec::with_capacity(2 * n + 1);
+    let mut cur = BytesMut::with_capacity(buf.len());
+    cur.extend_from_slice(&size.to_be_bytes());
+    let mut at = 4;
+    for (start, end, index) in cuts {
+        let slice = &slices.slices[index];
+        cur.extend_from_slice(&buf[at..start]);
+        if flexible {
+            put_uvarint(&mut cur, slice.len() as u64 + 1);
+        } else {
+            cur.extend_from_slice(&i32::try_from(slice.len()).ok()?.to_be_bytes());
+        }
+        pieces.push(Piece::Bytes(cur.split().freeze()));
+        pieces.push(Piece::File(slice.clone()));
+        at = end;
+    }
+    cur.extend_from_slice(&buf[at..]);
+    pieces.push(Piece::Bytes(cur.freeze()));
+    Some(pieces)
+}
+
+fn varint_or_i32_len(len: usize, flexible: bool) -> usize {
+    if !flexible {
+        return 4;
+    }
+    let mut v = len as u64 + 1;
+    let mut n = 1;
+    while v >= 0x80 {
+        v >>= 7;
+        n += 1;
+    }
+    n
+}
+
+fn put_uvarint(out: &mut BytesMut, mut v: u64) {
+    while v >= 0x80 {
+        out.extend_from_slice(&[(v as u8 & 0x7f) | 0x80]);
+        v >>= 7;
+    }
+    out.extend_from_slice(&[v as u8]);
 }

@@ -18,7 +18,7 @@ use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-use crate::server::{decode, encode_response, Close};
+use crate::server::{decode, encode_response, Close, Response};
 use crate::Broker;
 
 /// Every API this broker implements, with the versions it implements and tests (see docs/compatibility.md).
@@ -114,7 +114,7 @@ macro_rules! route {
     ($broker:expr, $key:expr, $header:expr, $buf:expr, $req:ty, $handler:path) => {{
         let req: $req = decode($key, &mut $buf, $header.request_api_version)?;
         let resp = $handler($broker, &$header, req).await;
-        Ok(Some(encode_response(&$header, &resp)?))
+        Ok(Some(encode_response(&$header, &resp)?.into()))
     }};
 }
 
@@ -123,7 +123,7 @@ pub async fn dispatch(
     key: ApiKey,
     header: RequestHeader,
     mut buf: Bytes,
-) -> Result<Option<BytesMut>, Close> {
+) -> Result<Option<Response>, Close> {
     use kafka_protocol::messages::*;
     match key {
         ApiKey::ApiVersions => route!(
@@ -245,7 +245,11 @@ pub async fn dispatch(
             DescribeLogDirsRequest,
             admin::describe_log_dirs
         ),
-        ApiKey::Fetch => route!(broker, key, header, buf, FetchRequest, fetch::handle),
+        ApiKey::Fetch => {
+            let req: FetchRequest = decode(key, &mut buf, header.request_api_version)?;
+            let (resp, slices) = fetch::handle(broker, &header, req).await;
+            fetch::encode(&header, resp, slices).await.map(Some)
+        }
         ApiKey::FindCoordinator => route!(
             broker,
             key,
@@ -359,14 +363,14 @@ pub async fn dispatch(
                     out.extend_from_slice(&((4 + body.len()) as u32).to_be_bytes());
                     out.extend_from_slice(&header.correlation_id.to_be_bytes());
                     out.extend_from_slice(&body);
-                    Ok(Some(out))
+                    Ok(Some(out.into()))
                 }
             }
         }
         ApiKey::Produce => {
             let req: ProduceRequest = decode(key, &mut buf, header.request_api_version)?;
             match produce::handle(broker, &header, req).await? {
-                Some(resp) => Ok(Some(encode_response(&header, &resp)?)),
+                Some(resp) => Ok(Some(encode_response(&header, &resp)?.into())),
                 None => Ok(None), // acks=0
             }
         }

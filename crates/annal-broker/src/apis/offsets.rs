@@ -15,7 +15,8 @@ use kafka_protocol::messages::{
 };
 
 use super::{blocking, code};
-use crate::topics::Partition;
+use crate::topic_config;
+use crate::topics::{high_watermark, Partition};
 use crate::Broker;
 
 /// The partition, if the topic exists and has it.
@@ -24,6 +25,14 @@ pub fn partition(broker: &Broker, topic: &str, index: i32) -> Option<Arc<Partiti
     usize::try_from(index)
         .ok()
         .and_then(|i| t.partitions.get(i).cloned())
+}
+
+/// Whether the topic acknowledges only fsynced records (its high watermark is then the flushed offset).
+pub fn durable(broker: &Broker, topic: &str) -> bool {
+    broker
+        .topics
+        .get(topic)
+        .is_some_and(|t| topic_config::durable_acks(&t.configs, &broker.config))
 }
 
 pub fn error_code(e: &LogError) -> i16 {
@@ -60,9 +69,10 @@ pub async fn list_offsets(
             match partition(broker, &t.name.0, p.partition_index) {
                 None => r.error_code = code::UNKNOWN_TOPIC_OR_PARTITION,
                 Some(part) => {
+                    let durable = durable(broker, &t.name.0);
                     let log = part.log.lock();
                     let found: Result<(i64, i64), i16> = match p.timestamp {
-                        LATEST => Ok((-1, log.log_end_offset())),
+                        LATEST => Ok((-1, high_watermark(&log, durable))),
                         EARLIEST | EARLIEST_LOCAL => Ok((-1, log.log_start_offset())),
                         // No tiered storage: nothing is pending upload (Kafka answers -1 then).
                         EARLIEST_PENDING_UPLOAD if version >= 9 => Ok((-1, -1)),
@@ -115,15 +125,13 @@ pub async fn delete_records(
                 None => r.error_code = code::UNKNOWN_TOPIC_OR_PARTITION,
                 Some(part) => {
                     let offset = p.offset;
+                    let durable = durable(broker, &t.name.0);
                     let outcome = blocking(move || {
                         let mut log = part.log.lock();
+                        let hw = high_watermark(&log, durable);
                         // -1 means "up to the high watermark".
-                        let target = if offset == -1 {
-                            log.log_end_offset()
-                        } else {
-                            offset
-                        };
-                        if target < 0 || target > log.log_end_offset() {
+                        let target = if offset == -1 { hw } else { offset };
+                        if target < 0 || target > hw {
                             return Err(code::OFFSET_OUT_OF_RANGE);
                         }
                         if target <= log.log_start_offset() {

@@ -139,9 +139,14 @@ pub async fn handle(
             Ok((info, None)) => Ok(info),
             Ok((info, Some((name, wait)))) if acks == 0 => {
                 // Nobody waits for the answer, but flush.messages=1 still asks for the fsync: let it run.
+                let b = broker.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = wait.await {
-                        tracing::error!(partition = %name, error = %e, "fsync after an acks=0 produce failed");
+                    match wait.await {
+                        // The durable point moved: wake long-polling fetches of this durable partition.
+                        Ok(()) => b.notify_appended(),
+                        Err(e) => {
+                            tracing::error!(partition = %name, error = %e, "fsync after an acks=0 produce failed")
+                        }
                     }
                 });
                 Ok(info)
