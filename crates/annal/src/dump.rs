@@ -877,6 +877,33 @@ fn dump_indexes<W: Write>(
 
 /// Reads an index file whole; index files are small (`segment.index.bytes`, 10 MiB by default), but a
 /// corrupt or foreign file is capped.
+/// Reads an index file for dumping and opens its log: reports a missing index (`None`) or a torn last entry, and
+/// prints the `Dumping` header both index dumps start with.
+fn open_index<W: Write>(
+    out: &mut Out<W>,
+    path: &Path,
+    log_path: &Path,
+    entry_size: u64,
+) -> anyhow::Result<Option<(Vec<u8>, File)>> {
+    let name = file_name(path);
+    let Some(bytes) = read_index(path)? else {
+        out.line(format!(
+            "{name}: missing (a broker rebuilds it from the log)"
+        ))?;
+        return Ok(None);
+    };
+    out.line(format!("Dumping {}", path.display()))?;
+    if bytes.len() as u64 % entry_size > 0 {
+        out.problem(format!(
+            "{name}: {} bytes is not a whole number of {entry_size}-byte entries (torn last entry)",
+            bytes.len()
+        ))?;
+    }
+    let log =
+        File::open(log_path).with_context(|| format!("cannot open {}", log_path.display()))?;
+    Ok(Some((bytes, log)))
+}
+
 fn read_index(path: &Path) -> anyhow::Result<Option<Vec<u8>>> {
     const INDEX_MAX: u64 = 1 << 30;
     let file = match File::open(path) {
@@ -908,22 +935,9 @@ fn dump_offset_index<W: Write>(
     summary: &SegmentSummary,
 ) -> anyhow::Result<()> {
     let name = file_name(path);
-    let Some(bytes) = read_index(path)? else {
-        out.line(format!(
-            "{name}: missing (a broker rebuilds it from the log)"
-        ))?;
+    let Some((bytes, log)) = open_index(out, path, log_path, OFFSET_ENTRY)? else {
         return Ok(());
     };
-    out.line(format!("Dumping {}", path.display()))?;
-    let torn_bytes = bytes.len() as u64 % OFFSET_ENTRY;
-    if torn_bytes > 0 {
-        out.problem(format!(
-            "{name}: {} bytes is not a whole number of 8-byte entries (torn last entry)",
-            bytes.len()
-        ))?;
-    }
-    let log =
-        File::open(log_path).with_context(|| format!("cannot open {}", log_path.display()))?;
     let mut previous: Option<(u32, u32)> = None;
     let mut entries = 0;
     for (i, entry) in bytes.chunks_exact(OFFSET_ENTRY as usize).enumerate() {
@@ -973,22 +987,9 @@ fn dump_time_index<W: Write>(
     summary: &SegmentSummary,
 ) -> anyhow::Result<()> {
     let name = file_name(path);
-    let Some(bytes) = read_index(path)? else {
-        out.line(format!(
-            "{name}: missing (a broker rebuilds it from the log)"
-        ))?;
+    let Some((bytes, log)) = open_index(out, path, log_path, TIME_ENTRY)? else {
         return Ok(());
     };
-    out.line(format!("Dumping {}", path.display()))?;
-    let torn_bytes = bytes.len() as u64 % TIME_ENTRY;
-    if torn_bytes > 0 {
-        out.problem(format!(
-            "{name}: {} bytes is not a whole number of 12-byte entries (torn last entry)",
-            bytes.len()
-        ))?;
-    }
-    let log =
-        File::open(log_path).with_context(|| format!("cannot open {}", log_path.display()))?;
     // The offset index tells where to start walking for each entry; without it, walk from the start.
     let offset_index: Vec<(i64, u64)> = read_index(&log_path.with_extension("index"))?
         .unwrap_or_default()
