@@ -323,9 +323,9 @@ impl Segment {
             && header.last_offset() - self.base_offset <= i64::from(u32::MAX >> 1)
     }
 
-    /// Records a batch written at `position`: offsets, timestamps and (every `index.interval.bytes`) index entries.
-    fn index_batch(&mut self, header: &BatchHeader, position: u64) -> crate::Result<()> {
-        debug_assert!(header.base_offset >= self.next_offset);
+    /// Folds a batch into the segment's timestamp bookkeeping: the first batch's timestamp (for `segment.ms`)
+    /// and the largest timestamp with the batch that carried it.
+    fn observe_timestamps(&mut self, header: &BatchHeader) {
         if self.first_batch_timestamp.is_none() {
             self.first_batch_timestamp = Some(header.max_timestamp);
         }
@@ -335,6 +335,12 @@ impl Segment {
         {
             self.max_timestamp = Some((header.max_timestamp, header.last_offset()));
         }
+    }
+
+    /// Records a batch written at `position`: offsets, timestamps and (every `index.interval.bytes`) index entries.
+    fn index_batch(&mut self, header: &BatchHeader, position: u64) -> crate::Result<()> {
+        debug_assert!(header.base_offset >= self.next_offset);
+        self.observe_timestamps(header);
         if self.bytes_since_last_index_entry > u64::from(self.index_interval_bytes) {
             let relative = self.relative(header.last_offset());
             self.offset_index.append(OffsetEntry {
@@ -658,15 +664,7 @@ impl Segment {
             self.size = position; // header_at reads within size
             let header = self.header_at(walk_position)?;
             // Re-index without writing duplicate entries: only the bookkeeping is recomputed.
-            if self.first_batch_timestamp.is_none() {
-                self.first_batch_timestamp = Some(header.max_timestamp);
-            }
-            if self
-                .max_timestamp
-                .is_none_or(|(ts, _)| header.max_timestamp > ts)
-            {
-                self.max_timestamp = Some((header.max_timestamp, header.last_offset()));
-            }
+            self.observe_timestamps(&header);
             self.next_offset = header.next_offset();
             walk_position += header.size() as u64;
         }
