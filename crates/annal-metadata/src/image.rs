@@ -1,0 +1,1 @@
+//! The metadata image. See lib.rs.

@@ -1,0 +1,16 @@
+//! Annal's cluster metadata, in KRaft's shape.
+//!
+//! - [`raft`]: the metadata quorum. Consensus is openraft's (docs/decisions/0004-metadata-quorum.md); Annal
+//!   supplies its log storage (an `annal-log` log, so the metadata log is stored like every other log), its
+//!   snapshots and its transport. It replicates opaque payloads and knows nothing of what they mean.
+//! - [`records`]: Kafka's metadata record schemas (TopicRecord, PartitionRecord, RegisterBrokerRecord, ...) and
+//!   their framing; a payload is a batch of them.
+//! - [`image`]: the metadata image, the state every node rebuilds by applying committed records in order.
+//! - [`controller`]: the controller, the only writer of metadata: broker registration and leases, topic
+//!   creation and placement, leader election, producer id blocks. It decides records against the image and
+//!   writes them through the quorum.
+
+pub mod controller;
+pub mod image;
+pub mod raft;
+pub mod records;

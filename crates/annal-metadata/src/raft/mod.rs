@@ -1,0 +1,1 @@
+//! The metadata quorum (openraft). See lib.rs.

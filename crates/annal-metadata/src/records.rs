@@ -1,0 +1,1 @@
+//! Kafka metadata records. See lib.rs.
