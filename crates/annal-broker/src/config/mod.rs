@@ -2,13 +2,28 @@
 //!
 //! Every setting Annal honours is declared once in [`BROKER_SETTINGS`] with its Kafka name, kind and default, so
 //! parsing, validation and DescribeConfigs (broker resource) all read the same table. Kafka settings that make no
-//! sense for a single Annal node (thread counts, KRaft quorum, ZooKeeper) are accepted with a warning so that a
-//! Kafka user's `server.properties` starts; anything else unknown is an error naming the setting.
+//! sense for an Annal node (thread counts, socket buffers, ZooKeeper) are accepted with a warning so that a Kafka
+//! user's `server.properties` starts; anything else unknown is an error naming the setting.
+//!
+//! KRaft's settings (`process.roles`, `node.id`, `controller.quorum.voters`, named `listeners`, ...) resolve into
+//! [`ClusterConfig`] (module `cluster`), checked as a whole at start-up; `endpoints` parses Kafka's address
+//! syntaxes.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context};
+
+mod cluster;
+#[cfg(test)]
+mod cluster_tests;
+mod endpoints;
+
+pub use cluster::{
+    ClusterConfig, LeaseConfig, Listeners, ProcessRoles, QuorumConfig, ReplicationConfig,
+    VoterSource, DEFAULT_CLIENT_LISTENER, DEFAULT_CONTROLLER_LISTENER_NAME, DEFAULT_PROTOCOL_MAP,
+};
+pub use endpoints::{Endpoint, Listener, SecurityProtocol, SettingError};
 
 /// What values a setting accepts.
 #[derive(Debug, Clone, Copy)]
@@ -196,26 +211,68 @@ pub const BROKER_SETTINGS: &[Setting] = &[
     setting("offset.metadata.max.bytes", int(0), "4096"),
     setting("group.consumer.session.timeout.ms", int(1), "45000"),
     setting("group.consumer.heartbeat.interval.ms", int(1), "5000"),
+    // KRaft: roles, quorum and listeners (resolved and cross-checked in `cluster`).
+    computed("process.roles", Kind::List(&["broker", "controller"])),
+    computed("controller.quorum.voters", Kind::Text),
+    computed("controller.quorum.bootstrap.servers", Kind::Text),
+    computed("controller.listener.names", Kind::Text),
+    setting("inter.broker.listener.name", Kind::Text, "PLAINTEXT"),
+    setting(
+        "listener.security.protocol.map",
+        Kind::Text,
+        cluster::DEFAULT_PROTOCOL_MAP,
+    ),
+    computed("broker.rack", Kind::Text),
+    setting("broker.session.timeout.ms", int(1), "9000"),
+    setting("broker.heartbeat.interval.ms", int(1), "2000"),
+    setting("controller.quorum.election.timeout.ms", int(1), "1000"),
+    setting("controller.quorum.fetch.timeout.ms", int(1), "2000"),
+    setting("controlled.shutdown.enable", Kind::Bool, "true"),
+    // Replication.
+    setting(
+        "offsets.topic.replication.factor",
+        Kind::Int {
+            min: 1,
+            max: i16::MAX as i64,
+        },
+        "3",
+    ),
+    setting("replica.lag.time.max.ms", long(1), "30000"),
+    setting("num.replica.fetchers", int(1), "1"),
+    setting("replica.fetch.max.bytes", int(0), "1048576"),
+    setting("replica.fetch.wait.max.ms", int(0), "500"),
+    setting("unclean.leader.election.enable", Kind::Bool, "false"),
 ];
 
-/// Kafka settings that have no effect on a single Annal node; accepted (with a warning) so a Kafka
+/// A setting whose default is computed (from other settings or the node's roles), so the table has none.
+const fn computed(name: &'static str, kind: Kind) -> Setting {
+    Setting {
+        name,
+        kind,
+        default: None,
+    }
+}
+
+/// A setting's effective text: the explicit value, else the table's default.
+pub(crate) fn effective(explicit: &BTreeMap<String, String>, name: &str) -> Option<String> {
+    explicit.get(name).cloned().or_else(|| {
+        BROKER_SETTINGS
+            .iter()
+            .find(|s| s.name == name)
+            .and_then(|s| s.default.map(str::to_string))
+    })
+}
+
+/// Kafka settings that have no effect on an Annal node; accepted (with a warning) so a Kafka
 /// `server.properties` can be used as is.
 pub const IGNORED_KAFKA_SETTINGS: &[&str] = &[
     "num.network.threads",
     "num.io.threads",
-    "num.replica.fetchers",
     "socket.send.buffer.bytes",
     "socket.receive.buffer.bytes",
     "num.recovery.threads.per.data.dir",
-    "offsets.topic.replication.factor",
     "transaction.state.log.replication.factor",
     "transaction.state.log.min.isr",
-    "process.roles",
-    "controller.quorum.voters",
-    "controller.quorum.bootstrap.servers",
-    "controller.listener.names",
-    "inter.broker.listener.name",
-    "listener.security.protocol.map",
     "zookeeper.connect",
     "zookeeper.connection.timeout.ms",
     "log.cleaner.enable",
@@ -237,13 +294,15 @@ pub enum Source {
 pub struct BrokerConfig {
     /// Where partitions, metadata and the cluster id live.
     pub data_dir: PathBuf,
-    /// `HOST:PORT` to listen on.
+    /// `HOST:PORT` to serve the Kafka protocol on: the client listener ([`ClusterConfig::client_listener`]), or
+    /// on a controller-only node its controller listener. The full set of listeners is in `cluster.listeners`.
     pub listen: String,
-    /// `HOST:PORT` clients are told to connect to; `None` means the listener's bound address (with a wildcard
-    /// host replaced by 127.0.0.1, because clients such as librdkafka cannot connect to 0.0.0.0 and may resolve
-    /// `localhost` to ::1).
+    /// `HOST:PORT` clients are told to connect to (that listener's `advertised.listeners` entry); `None` means
+    /// the listener's bound address (see [`Listener::advertised_endpoint`]).
     pub advertised: Option<(String, u16)>,
     pub node_id: i32,
+    /// Roles, quorum, named listeners, lease and replication settings, resolved and cross-checked.
+    pub cluster: ClusterConfig,
     pub num_partitions: i32,
     pub default_replication_factor: i16,
     pub min_insync_replicas: i32,
@@ -307,14 +366,7 @@ impl BrokerConfig {
         data_dir: Option<PathBuf>,
         listen: Option<String>,
     ) -> anyhow::Result<Self> {
-        let get = |name: &str| -> Option<String> {
-            explicit.get(name).cloned().or_else(|| {
-                BROKER_SETTINGS
-                    .iter()
-                    .find(|s| s.name == name)
-                    .and_then(|s| s.default.map(str::to_string))
-            })
-        };
+        let get = |name: &str| effective(&explicit, name);
         let num = |name: &str| -> i64 { get(name).and_then(|v| v.parse().ok()).unwrap_or(0) };
 
         let node_id = if explicit.contains_key("node.id") {
@@ -338,23 +390,20 @@ impl BrokerConfig {
             }
             (None, None) => PathBuf::from("annal-data"),
         };
-        let listen = match (listen, explicit.get("listeners")) {
-            (Some(l), _) => l,
-            (None, Some(l)) => parse_listener("listeners", l, &explicit)?,
-            (None, None) => "127.0.0.1:9092".to_string(),
-        };
-        let advertised = match explicit.get("advertised.listeners") {
-            Some(l) => {
-                let hp = parse_listener("advertised.listeners", l, &explicit)?;
-                let (host, port) = split_host_port(&hp).ok_or_else(|| {
-                    anyhow!("advertised.listeners='{l}': expected PLAINTEXT://HOST:PORT")
-                })?;
-                Some((host, port))
-            }
-            None => None,
-        };
-        if split_host_port(&listen).is_none() {
-            bail!("listen address '{listen}' is not HOST:PORT (e.g. 127.0.0.1:9092)");
+        let (cluster, cluster_described) =
+            cluster::resolve(&explicit, listen.as_deref(), node_id as i32)?;
+        let served = cluster
+            .client_listener()
+            .or_else(|| cluster.controller_listener())
+            .ok_or_else(|| anyhow!("listeners: this node has no listener to serve"))?;
+        let listen = served.bind.to_string();
+        let advertised = served.advertised.clone().map(|e| (e.host, e.port));
+        if cluster.listeners.broker.len() > 1 {
+            tracing::warn!(
+                listeners = ?cluster.listeners.broker.iter().map(|l| &l.name).collect::<Vec<_>>(),
+                serving = %served.name,
+                "several broker listeners are configured; clients are served on the first only for now"
+            );
         }
         // Kafka's precedence: log.retention.ms, then .minutes, then .hours.
         let retention_ms = if explicit.contains_key("log.retention.ms") {
@@ -384,8 +433,8 @@ impl BrokerConfig {
             num("log.roll.ms")
         };
         let replication_factor = num("default.replication.factor");
-        if replication_factor > 1 {
-            bail!("default.replication.factor={replication_factor} cannot be met: this Annal node is a single broker; use 1");
+        if replication_factor > 1 && cluster.implicit_single_node {
+            bail!("default.replication.factor={replication_factor} cannot be met: this Annal node is a single broker; use 1 (or configure a cluster with process.roles and controller.quorum.voters)");
         }
 
         let mut described = BTreeMap::new();
@@ -422,16 +471,16 @@ impl BrokerConfig {
             "log.dirs".into(),
             (data_dir.display().to_string(), Source::Static),
         );
-        described.insert(
-            "listeners".into(),
-            (format!("PLAINTEXT://{listen}"), Source::Static),
-        );
+        for (name, value, source) in cluster_described {
+            described.insert(name.to_string(), (value, source));
+        }
 
         Ok(BrokerConfig {
             data_dir,
             listen,
             advertised,
             node_id: node_id as i32,
+            cluster,
             num_partitions: num("num.partitions") as i32,
             default_replication_factor: replication_factor as i16,
             min_insync_replicas: num("min.insync.replicas") as i32,
@@ -483,13 +532,6 @@ fn source_of(explicit: &BTreeMap<String, String>, prefix: &str) -> Source {
 
 /// Validates and records one `key=value`; unknown keys are an error unless Kafka-only and harmless.
 fn set(explicit: &mut BTreeMap<String, String>, key: &str, value: &str) -> anyhow::Result<()> {
-    // Listener naming settings are kept (not honoured) only to pick the client listener out of `listeners`.
-    if matches!(
-        key,
-        "controller.listener.names" | "listener.security.protocol.map"
-    ) {
-        explicit.insert(key.to_string(), value.trim().to_string());
-    }
     if let Some(s) = BROKER_SETTINGS.iter().find(|s| s.name == key) {
         let v = s.kind.validate(key, value)?;
         explicit.insert(key.to_string(), v);
@@ -560,71 +602,6 @@ pub fn parse_properties(text: &str) -> Vec<(usize, String, String)> {
     out
 }
 
-/// The client listener's `host:port` out of Kafka's `listeners` syntax (`NAME://host:port,...`). Controller
-/// listeners (named in `controller.listener.names`) are skipped; the one left must be PLAINTEXT (by name or through
-/// `listener.security.protocol.map`), since Annal has no TLS or SASL yet.
-fn parse_listener(
-    name: &str,
-    value: &str,
-    explicit: &BTreeMap<String, String>,
-) -> anyhow::Result<String> {
-    let controllers: Vec<String> = explicit
-        .get("controller.listener.names")
-        .map(|v| {
-            v.split(',')
-                .map(|s| s.trim().to_ascii_uppercase())
-                .collect()
-        })
-        .unwrap_or_default();
-    let protocol_of = |listener: &str| -> String {
-        explicit
-            .get("listener.security.protocol.map")
-            .and_then(|m| {
-                m.split(',').find_map(|pair| {
-                    let (l, p) = pair.split_once(':')?;
-                    (l.trim().eq_ignore_ascii_case(listener)).then(|| p.trim().to_ascii_uppercase())
-                })
-            })
-            .unwrap_or_else(|| listener.to_ascii_uppercase())
-    };
-    let mut chosen = Vec::new();
-    for entry in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let (listener, addr) = entry
-            .split_once("://")
-            .ok_or_else(|| anyhow!("{name}='{value}': expected NAME://HOST:PORT entries, e.g. PLAINTEXT://127.0.0.1:9092"))?;
-        if controllers.contains(&listener.to_ascii_uppercase()) {
-            continue;
-        }
-        if protocol_of(listener) != "PLAINTEXT" {
-            bail!("{name}='{value}': listener {listener} is not PLAINTEXT; Annal has no TLS or SASL yet");
-        }
-        chosen.push(addr);
-    }
-    if chosen.len() != 1 {
-        bail!("{name}='{value}': Annal serves exactly one client listener; give one, e.g. PLAINTEXT://127.0.0.1:9092");
-    }
-    let addr = chosen[0];
-    let addr = if addr.starts_with(':') {
-        format!("0.0.0.0{addr}")
-    } else {
-        addr.to_string()
-    };
-    split_host_port(&addr)
-        .ok_or_else(|| anyhow!("{name}='{value}': expected PLAINTEXT://HOST:PORT"))?;
-    Ok(addr)
-}
-
-/// Splits `host:port` (IPv6 hosts in brackets).
-pub fn split_host_port(s: &str) -> Option<(String, u16)> {
-    let (host, port) = s.rsplit_once(':')?;
-    let port: u16 = port.parse().ok()?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    if host.is_empty() {
-        return None;
-    }
-    Some((host.to_string(), port))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -681,7 +658,7 @@ mod tests {
         assert_eq!(c.data_dir, PathBuf::from("/tmp/kraft"));
         let e =
             BrokerConfig::load(None, &["listeners=SSL://:9093".into()], None, None).unwrap_err();
-        assert!(format!("{e:#}").contains("not PLAINTEXT"), "{e:#}");
+        assert!(format!("{e:#}").contains("PLAINTEXT only"), "{e:#}");
     }
 
     #[test]
