@@ -36,12 +36,16 @@ enum Command {
   annal serve --data-dir /var/lib/annal --listen 0.0.0.0:9092
   annal serve --config server.properties --override log.retention.ms=3600000")]
     Serve {
+        /// Where this node keeps its data (replaces log.dirs).
         #[arg(long)]
         data_dir: Option<std::path::PathBuf>,
+        /// HOST:PORT of the client listener (replaces the first broker listener of `listeners`).
         #[arg(long)]
         listen: Option<String>,
+        /// A Kafka server.properties file (KRaft combined, broker-only or controller-only).
         #[arg(long)]
         config: Option<std::path::PathBuf>,
+        /// One Kafka setting, KEY=VALUE; applied after --config.
         #[arg(long = "override")]
         overrides: Vec<String>,
     },

@@ -239,7 +239,7 @@ pub(super) fn resolve(
             .entry(DEFAULT_CONTROLLER_LISTENER_NAME.to_string())
             .or_insert(SecurityProtocol::Plaintext);
     }
-    let inter_broker_name = normalise_listener_name(
+    let mut inter_broker_name = normalise_listener_name(
         "inter.broker.listener.name",
         &effective(explicit, "inter.broker.listener.name").unwrap_or_default(),
     )?;
@@ -296,6 +296,13 @@ pub(super) fn resolve(
         // A broker-only node reaches the controllers by this name's protocol, so it must be one Annal speaks.
         if let Some(name) = controller_names.first() {
             protocol_of(&protocols, name, "controller.listener.names")?;
+        }
+    }
+    if implicit && !explicit.contains_key("inter.broker.listener.name") {
+        // A single node has no other broker; its one client listener, whatever its name, is the inter-broker
+        // one (as single-node Annal accepted `listeners=CLIENT://...` before it knew about clusters).
+        if let Some(first) = broker.first() {
+            inter_broker_name = first.name.clone();
         }
     }
     if roles.broker && !broker.iter().any(|l| l.name == inter_broker_name) {

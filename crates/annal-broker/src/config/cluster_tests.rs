@@ -175,6 +175,12 @@ fn a_file_without_process_roles_is_still_a_single_node() {
         c.cluster.controller_listener().unwrap().bind,
         ep("127.0.0.1", 9094)
     );
+    // A client listener of another name, as single-node Annal accepted: it is the inter-broker listener too.
+    let c = load(
+        "listeners=CLIENT://127.0.0.1:9092\nlistener.security.protocol.map=CLIENT:PLAINTEXT\n",
+    );
+    assert_eq!(c.cluster.inter_broker_listener().unwrap().name, "CLIENT");
+    assert_eq!(c.listen, "127.0.0.1:9092");
 }
 
 /// Kafka's `config/kraft/reconfig-server.properties` (apache/kafka at 1eb7644), which Kafka 4.0 ships as
