@@ -102,7 +102,7 @@ async fn large_multi_partition_fetch_is_the_log_bytes() {
     assert!(files[PARTITIONS as usize - 1].is_empty());
     let id = topic_id(&mut c, "big").await;
 
-    let (zero_copy_before, copied_before) = annal_broker::apis::fetch::zero_copy_counts();
+    let (zero_copy_before, copied_before) = annal_broker::zero_copy_counts();
     // Non-flexible (i32 length prefixes) and flexible (varint) versions, by name and by topic id.
     for version in [4i16, 11, 12, 13, 17] {
         let resp = c.call(&request("big", id, version), version).await;
@@ -133,7 +133,7 @@ async fn large_multi_partition_fetch_is_the_log_bytes() {
         "mid-log fetch: records differ from the log file"
     );
 
-    let (zero_copy, copied) = annal_broker::apis::fetch::zero_copy_counts();
+    let (zero_copy, copied) = annal_broker::zero_copy_counts();
     assert_eq!(copied, copied_before, "a fetch fell back to copying");
     assert!(
         zero_copy >= zero_copy_before + 8,
