@@ -81,7 +81,9 @@ async fn large_multi_partition_fetch_is_the_log_bytes() {
         for b in 0..BATCHES {
             // Incompressible-looking values, different per partition and batch.
             let mut value = format!("p{p}-b{b}-");
-            let mut x = (p as u64 + 1) * 0x9E37_79B9_7F4A_7C15 + b as u64;
+            let mut x = (p as u64 + 1)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .wrapping_add(b as u64);
             while value.len() < RECORD {
                 x ^= x << 13;
                 x ^= x >> 7;
