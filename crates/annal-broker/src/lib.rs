@@ -96,6 +96,23 @@ pub async fn run_with_listener(
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    start(config, listener).await?.serve(shutdown).await
+}
+
+/// A broker whose data is open but which does not serve yet: [`Started::broker`] reaches its managers (the
+/// cluster code, and tests that change leadership), [`Started::serve`] runs it.
+pub struct Started {
+    broker: Arc<Broker>,
+    listener: tokio::net::TcpListener,
+    stop_tx: tokio::sync::watch::Sender<bool>,
+    stop_rx: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Opens the data directory (cluster id, producer ids, partitions, groups) for serving on `listener`.
+pub async fn start(
+    config: BrokerConfig,
+    listener: tokio::net::TcpListener,
+) -> anyhow::Result<Started> {
     std::fs::create_dir_all(&config.data_dir).map_err(|e| {
         anyhow::anyhow!(
             "cannot create data directory {}: {e}",
@@ -127,7 +144,7 @@ pub async fn run_with_listener(
         cluster_id,
         replica_manager,
         producer_ids,
-        groups: groups.clone(),
+        groups,
         advertised,
         fetch_sessions,
     });
@@ -136,27 +153,55 @@ pub async fn run_with_listener(
         data_dir = %broker.config.data_dir.display(), cluster_id = %broker.cluster_id,
         "annal broker started"
     );
+    Ok(Started {
+        broker,
+        listener,
+        stop_tx,
+        stop_rx,
+    })
+}
 
-    let retention = tokio::spawn(retention_loop(broker.clone(), stop_rx.clone()));
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
-    });
-    server::serve(listener, broker.clone(), stop_rx).await;
-    retention.abort();
-    let _ = retention.await;
-
-    tracing::info!("flushing and closing partitions");
-    groups.shutdown().await;
-    let broker = Arc::try_unwrap(broker).map_err(|_| ()).ok();
-    match broker {
-        Some(b) => tokio::task::spawn_blocking(move || b.replica_manager.close_all()).await?,
-        None => {
-            tracing::warn!("requests still running at shutdown; partitions were not closed cleanly")
-        }
+impl Started {
+    pub fn broker(&self) -> &Arc<Broker> {
+        &self.broker
     }
-    tracing::info!("annal broker stopped");
-    Ok(())
+
+    /// Serves until `shutdown` resolves; see [`run`]. Drop every clone of [`Started::broker`] before shutdown
+    /// or the partitions still referenced are flushed but not marked clean.
+    pub async fn serve(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let Started {
+            broker,
+            listener,
+            stop_tx,
+            stop_rx,
+        } = self;
+        let groups = broker.groups.clone();
+        let retention = tokio::spawn(retention_loop(broker.clone(), stop_rx.clone()));
+        tokio::spawn(async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+        });
+        server::serve(listener, broker.clone(), stop_rx).await;
+        retention.abort();
+        let _ = retention.await;
+
+        tracing::info!("flushing and closing partitions");
+        groups.shutdown().await;
+        let broker = Arc::try_unwrap(broker).map_err(|_| ()).ok();
+        match broker {
+            Some(b) => tokio::task::spawn_blocking(move || b.replica_manager.close_all()).await?,
+            None => {
+                tracing::warn!(
+                    "requests still running at shutdown; partitions were not closed cleanly"
+                )
+            }
+        }
+        tracing::info!("annal broker stopped");
+        Ok(())
+    }
 }
 
 /// Housekeeping: every second, fsync logs whose `flush.ms` is due; every `log.retention.check.interval.ms`,

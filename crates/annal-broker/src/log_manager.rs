@@ -307,8 +307,9 @@ fn open_log(
     {
         // Durable partitions expose only flushed records (see `replica::high_watermark`): after a kill -9 the
         // tail that recovery kept is flushed now, so the high watermark is not stuck below the log end.
-        log.flush()
-            .with_context(|| format!("cannot flush partition {name}-{index} in {}", dir.display()))?;
+        log.flush().with_context(|| {
+            format!("cannot flush partition {name}-{index} in {}", dir.display())
+        })?;
     }
     Ok(log)
 }

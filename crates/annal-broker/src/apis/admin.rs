@@ -16,8 +16,8 @@ use kafka_protocol::messages::{
 use uuid::Uuid;
 
 use super::{blocking, code, s, topic_name};
-use crate::topic_config::{self, TOPIC_SETTINGS};
 use crate::log_manager::invalid_topic_name;
+use crate::topic_config::{self, TOPIC_SETTINGS};
 use crate::Broker;
 
 /// Upper bound on partitions per topic: each partition holds open files, and one request must not be able to
@@ -57,7 +57,8 @@ pub async fn create_topics(
                     Ok(Uuid::nil())
                 } else {
                     let (b, n, c) = (broker.clone(), name.clone(), configs.clone());
-                    match blocking(move || b.replica_manager.create_topic(&n, partitions, c)).await {
+                    match blocking(move || b.replica_manager.create_topic(&n, partitions, c)).await
+                    {
                         Ok(Some(topic)) => {
                             tracing::info!(topic = %name, partitions, "created topic");
                             Ok(topic.id)

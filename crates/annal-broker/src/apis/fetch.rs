@@ -14,7 +14,9 @@ use kafka_protocol::messages::{FetchRequest, FetchResponse, RequestHeader};
 use uuid::Uuid;
 
 use super::{code, fetch_session};
-use crate::replica::{FetchParams, FetchPartition, FetchPartitionResult, Partition, PartitionError};
+use crate::replica::{
+    FetchParams, FetchPartition, FetchPartitionResult, Partition, PartitionError,
+};
 use crate::server::{encode_response, Close, Piece, Response};
 use crate::Broker;
 
@@ -144,10 +146,7 @@ pub async fn handle(
             max_bytes: *max,
         })
         .collect();
-    let results = broker
-        .replica_manager
-        .fetch_messages(params, wanted)
-        .await;
+    let results = broker.replica_manager.fetch_messages(params, wanted).await;
     let (responses, slices) = encode_results(&entries, results, version, read_committed);
     let responses = match mode {
         Mode::Sessionless => {

@@ -137,7 +137,12 @@ pub async fn consumer_group_heartbeat(
     r: ConsumerGroupHeartbeatRequest,
 ) -> ConsumerGroupHeartbeatResponse {
     b.groups
-        .consumer_group_heartbeat(r, h.request_api_version, &client_info(h), b.replica_manager.log_manager())
+        .consumer_group_heartbeat(
+            r,
+            h.request_api_version,
+            &client_info(h),
+            b.replica_manager.log_manager(),
+        )
         .await
 }
 

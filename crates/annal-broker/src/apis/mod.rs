@@ -64,8 +64,8 @@ pub fn supported(key: ApiKey) -> Option<(i16, i16)> {
         .map(|(_, a, b)| (*a, *b))
 }
 
-pub(crate) use crate::kafka_code as code;
 pub(crate) use crate::blocking;
+pub(crate) use crate::kafka_code as code;
 
 /// Operations bitfields for Metadata/DescribeCluster when clients ask for authorized operations: everything
 /// (Annal has no ACLs yet). Bits are Kafka's AclOperation codes.

@@ -43,7 +43,12 @@ pub async fn handle(
     let outcomes = if transactional {
         positions
             .iter()
-            .map(|_| Err((code::INVALID_TXN_STATE, "transactions are not supported by this Annal broker yet".to_string())))
+            .map(|_| {
+                Err((
+                    code::INVALID_TXN_STATE,
+                    "transactions are not supported by this Annal broker yet".to_string(),
+                ))
+            })
             .collect::<Vec<_>>()
     } else {
         let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);

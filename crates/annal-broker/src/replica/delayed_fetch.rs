@@ -63,8 +63,12 @@ mod tests {
         assert!(a.watch(&waiter), "registering twice is a no-op");
         assert_eq!(a.len(), 1);
         b.wake_all();
-        let woken = tokio::time::timeout(std::time::Duration::from_millis(20), waiter.notified()).await;
-        assert!(woken.is_err(), "a wake of another partition reached the waiter");
+        let woken =
+            tokio::time::timeout(std::time::Duration::from_millis(20), waiter.notified()).await;
+        assert!(
+            woken.is_err(),
+            "a wake of another partition reached the waiter"
+        );
         a.wake_all();
         assert_eq!(a.len(), 0);
         // The permit was stored by wake_all before anyone waited.
@@ -74,7 +78,9 @@ mod tests {
     #[test]
     fn the_set_is_bounded() {
         let w = FetchWatchers::default();
-        let all: Vec<_> = (0..WATCHERS_PER_PARTITION_MAX).map(|_| Arc::new(Notify::new())).collect();
+        let all: Vec<_> = (0..WATCHERS_PER_PARTITION_MAX)
+            .map(|_| Arc::new(Notify::new()))
+            .collect();
         assert!(all.iter().all(|n| w.watch(n)));
         assert!(!w.watch(&Arc::new(Notify::new())));
         w.unwatch(&all[0]);

@@ -16,19 +16,33 @@ pub enum PartitionError {
     UnknownTopicId(uuid::Uuid),
     /// NOT_LEADER_OR_FOLLOWER (6): this broker does not lead the partition; the client refreshes its metadata
     /// and sends the request to the leader.
-    #[error("this broker does not lead {partition}; send the request to its leader (refresh metadata)")]
+    #[error(
+        "this broker does not lead {partition}; send the request to its leader (refresh metadata)"
+    )]
     NotLeader { partition: String },
     /// NOT_ENOUGH_REPLICAS (19): acks=all needs min.insync.replicas in-sync replicas; retriable once followers
     /// catch up, or lower the topic's min.insync.replicas.
     #[error("{partition} has {isr} in-sync replicas but min.insync.replicas={min_isr}; acks=all cannot be met (wait for followers to catch up or lower min.insync.replicas)")]
-    NotEnoughReplicas { partition: String, isr: usize, min_isr: i32 },
+    NotEnoughReplicas {
+        partition: String,
+        isr: usize,
+        min_isr: i32,
+    },
     /// FENCED_LEADER_EPOCH (74): the client's leader epoch is older than this leader's; it refreshes metadata.
     #[error("{partition}: the request's leader epoch {requested} is older than the current {current}; refresh metadata")]
-    FencedLeaderEpoch { partition: String, requested: i32, current: i32 },
+    FencedLeaderEpoch {
+        partition: String,
+        requested: i32,
+        current: i32,
+    },
     /// UNKNOWN_LEADER_EPOCH (75): the client has seen a newer epoch than this broker; retriable once this
     /// broker catches up with the metadata.
     #[error("{partition}: the request's leader epoch {requested} is newer than this broker's {current}; retry")]
-    UnknownLeaderEpoch { partition: String, requested: i32, current: i32 },
+    UnknownLeaderEpoch {
+        partition: String,
+        requested: i32,
+        current: i32,
+    },
     /// INVALID_REQUIRED_ACKS (21).
     #[error("acks={0} is not one of 0, 1, -1 (all)")]
     InvalidRequiredAcks(i16),
@@ -36,14 +50,25 @@ pub enum PartitionError {
     #[error("the partition's records are null")]
     NullRecords,
     /// OFFSET_OUT_OF_RANGE (1) for DeleteRecords: records can be deleted only below the high watermark.
-    #[error("{partition}: offset {offset} is not between 0 and the high watermark {high_watermark}")]
-    DeleteBeyondHighWatermark { partition: String, offset: i64, high_watermark: i64 },
+    #[error(
+        "{partition}: offset {offset} is not between 0 and the high watermark {high_watermark}"
+    )]
+    DeleteBeyondHighWatermark {
+        partition: String,
+        offset: i64,
+        high_watermark: i64,
+    },
     /// INVALID_REQUEST (42): a ListOffsets timestamp that is neither a time nor a known special value.
-    #[error("{0} is not a timestamp or a special offset (-1 latest, -2 earliest, -3 max timestamp)")]
+    #[error(
+        "{0} is not a timestamp or a special offset (-1 latest, -2 earliest, -3 max timestamp)"
+    )]
     InvalidOffsetSpec(i64),
     /// KAFKA_STORAGE_ERROR (56): a durable produce's fsync failed; see the broker log for the disk error.
     #[error("{partition}: {source}")]
-    Durable { partition: String, source: DurableError },
+    Durable {
+        partition: String,
+        source: DurableError,
+    },
     /// The engine's own error, mapped as `annal_log::LogError` documents.
     #[error("{partition}: {source}")]
     Log { partition: String, source: LogError },

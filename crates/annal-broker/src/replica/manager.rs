@@ -6,6 +6,7 @@
 //! Architecture invariant: no protocol types here; handlers in `apis/` translate requests into these calls.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,6 +69,8 @@ pub struct ReplicaManager {
     admin: Mutex<()>,
     /// Becomes true when the broker shuts down; long polls answer at once.
     shutting_down: tokio::sync::watch::Receiver<bool>,
+    /// Times a waiting fetch was woken by one of its partitions (metrics; tests check who wakes whom).
+    delayed_fetch_wakeups: AtomicU64,
 }
 
 /// The settings a partition applies itself, from its topic's overrides and the broker's defaults.
@@ -101,6 +104,7 @@ impl ReplicaManager {
             partitions: RwLock::new(HashMap::new()),
             admin: Mutex::new(()),
             shutting_down,
+            delayed_fetch_wakeups: AtomicU64::new(0),
         };
         for logs in opened {
             manager.install(logs);
@@ -126,11 +130,24 @@ impl ReplicaManager {
         );
         for (i, log) in logs.into_iter().enumerate() {
             let index = first_index + i as i32;
-            let p = Partition::new(&topic.name, index, topic.id, self.local_broker_id, log, config);
+            let p = Partition::new(
+                &topic.name,
+                index,
+                topic.id,
+                self.local_broker_id,
+                log,
+                config,
+            );
             let me = self.local_broker_id;
             p.make_leader(0, vec![me], vec![me]);
             parts.push(Arc::new(p));
         }
+    }
+
+    /// How many times a long-polling fetch was woken by a partition it waits on (an append, an fsync, a
+    /// leadership change or a delete on that partition), since the broker started.
+    pub fn delayed_fetch_wakeups(&self) -> u64 {
+        self.delayed_fetch_wakeups.load(Ordering::Relaxed)
     }
 
     pub fn local_broker_id(&self) -> i32 {
@@ -179,7 +196,11 @@ impl ReplicaManager {
 
     /// A topic's partitions this broker holds, by index.
     pub fn partitions_of(&self, topic: &str) -> Vec<Arc<Partition>> {
-        self.partitions.read().get(topic).cloned().unwrap_or_default()
+        self.partitions
+            .read()
+            .get(topic)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Every partition this broker holds.
@@ -374,7 +395,9 @@ impl ReplicaManager {
                 break pass.results;
             }
             tokio::select! {
-                _ = watching.waiter.notified() => {}
+                _ = watching.waiter.notified() => {
+                    self.delayed_fetch_wakeups.fetch_add(1, Ordering::Relaxed);
+                }
                 _ = tokio::time::sleep_until(deadline) => {}
                 _ = shutting_down.changed() => {}
             }

@@ -11,10 +11,7 @@ mod manager;
 mod partition;
 
 pub use error::PartitionError;
-pub use manager::{
-    AppendEntry, FetchParams, FetchPartition, FetchPartitionResult,
-    ReplicaManager,
-};
+pub use manager::{AppendEntry, FetchParams, FetchPartition, FetchPartitionResult, ReplicaManager};
 pub use partition::{
     durable_sync_count, high_watermark, LeaderAppend, OffsetAndEpoch, OffsetSpec, Partition,
     PartitionConfig, PartitionRead,

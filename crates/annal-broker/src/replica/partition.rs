@@ -246,7 +246,11 @@ impl Partition {
 
     /// Checks the CurrentLeaderEpoch a client sent (KIP-320; -1 means "not sent"): older than ours ->
     /// FENCED_LEADER_EPOCH, newer -> UNKNOWN_LEADER_EPOCH. Then that this broker leads the partition.
-    fn check_leader(&self, state: &ReplicaState, current_leader_epoch: i32) -> Result<(), PartitionError> {
+    fn check_leader(
+        &self,
+        state: &ReplicaState,
+        current_leader_epoch: i32,
+    ) -> Result<(), PartitionError> {
         if current_leader_epoch >= 0 {
             if current_leader_epoch < state.leader_epoch {
                 return Err(PartitionError::FencedLeaderEpoch {
@@ -302,10 +306,12 @@ impl Partition {
             ..Default::default()
         };
         let mut log = self.log.lock();
-        let info = log.append(batches, &opts).map_err(|source| PartitionError::Log {
-            partition: self.name(),
-            source,
-        })?;
+        let info = log
+            .append(batches, &opts)
+            .map_err(|source| PartitionError::Log {
+                partition: self.name(),
+                source,
+            })?;
         let durable = state
             .config
             .durable
@@ -592,7 +598,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = open(dir.path(), PartitionConfig::default());
         assert!(p.make_follower(2, 3, vec![1, 2], vec![1, 2]));
-        let e = p.append_records_to_leader(&mut batch(), 1, 0).err().unwrap();
+        let e = p
+            .append_records_to_leader(&mut batch(), 1, 0)
+            .err()
+            .unwrap();
         assert_eq!(e.code(), crate::kafka_code::NOT_LEADER_OR_FOLLOWER);
         assert_eq!(p.read(-1, 0, 100).err().unwrap().code(), 6);
         assert!(!p.is_leader());
@@ -610,7 +619,10 @@ mod tests {
             },
         );
         p.make_leader(0, vec![1, 2], vec![1]);
-        let e = p.append_records_to_leader(&mut batch(), -1, 0).err().unwrap();
+        let e = p
+            .append_records_to_leader(&mut batch(), -1, 0)
+            .err()
+            .unwrap();
         assert_eq!(e.code(), crate::kafka_code::NOT_ENOUGH_REPLICAS);
         assert!(p.append_records_to_leader(&mut batch(), 1, 0).is_ok());
         p.make_leader(1, vec![1, 2], vec![1, 2]);
@@ -624,7 +636,10 @@ mod tests {
         p.make_leader(0, vec![1], vec![1]);
         p.append_records_to_leader(&mut batch(), 1, 0).unwrap();
         assert!(p.make_leader(5, vec![1], vec![1]));
-        assert!(!p.make_leader(4, vec![1], vec![1]), "a stale epoch changes nothing");
+        assert!(
+            !p.make_leader(4, vec![1], vec![1]),
+            "a stale epoch changes nothing"
+        );
         let mut b = batch();
         p.append_records_to_leader(&mut b, 1, 0).unwrap();
         let header = annal_log::batch::BatchHeader::parse(&b).unwrap();
@@ -637,7 +652,13 @@ mod tests {
         assert_eq!((latest.offset, latest.leader_epoch), (2, 5));
         let earliest = p.list_offsets(-1, OffsetSpec::Earliest).unwrap();
         assert_eq!((earliest.offset, earliest.leader_epoch), (0, 0));
-        assert_eq!(p.list_offsets(4, OffsetSpec::Latest).err().unwrap().code(), 74);
-        assert_eq!(p.list_offsets(6, OffsetSpec::Latest).err().unwrap().code(), 75);
+        assert_eq!(
+            p.list_offsets(4, OffsetSpec::Latest).err().unwrap().code(),
+            74
+        );
+        assert_eq!(
+            p.list_offsets(6, OffsetSpec::Latest).err().unwrap().code(),
+            75
+        );
     }
 }
