@@ -1,52 +1,75 @@
-//! Annal's broker: the Kafka wire protocol, topics and partitions, and (later) replication and coordinators.
+//! Annal's broker: the Kafka wire protocol, partitions and their replicas, and the group coordinator.
 //!
 //! Entry point: [`run`] serves the Kafka protocol on the configured listener until `shutdown` resolves.
 //! Storage is delegated to [`annal_log`]; this crate knows the network, the engine knows the disk.
 //!
-//! Modules: [`config`] (server.properties), [`server`] (framing, limits, connections), [`apis`] (one module per
-//! Kafka API), [`topics`] (registry + partition logs), [`topic_config`], [`producer_ids`], [`cluster_meta`].
+//! Layers, in Kafka's shape: `server` (framing, limits, connections) -> `apis` (one module per group of Kafka
+//! APIs: decode, call a manager, encode) -> [`ReplicaManager`] (produce, fetch, long polls, the partitions map)
+//! -> [`Partition`] (leader epoch, ISR, high watermark, the only lock on its log) -> `annal_log::Log`.
+//! [`LogManager`] opens, creates and deletes logs on disk and keeps the topic registry. [`group`] is the group
+//! coordinator, on its own `__consumer_offsets` logs.
 
-pub mod apis;
-pub mod cluster_meta;
+mod apis;
+mod cluster_meta;
 pub mod config;
-pub mod durable;
+mod durable;
 pub mod group;
-pub mod producer_ids;
-pub mod producer_state;
-pub mod server;
-pub mod topic_config;
-pub mod topics;
+mod kafka_code;
+mod log_manager;
+mod producer_ids;
+mod replica;
+mod server;
+mod topic_config;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use apis::fetch::zero_copy_counts;
 pub use config::BrokerConfig;
+pub use log_manager::{invalid_topic_name, LogManager, Topic};
+pub use replica::{
+    durable_sync_count, high_watermark, AppendEntry, FetchParams, FetchPartition,
+    FetchPartitionResult, LeaderAppend, OffsetAndEpoch, OffsetSpec, Partition, PartitionConfig,
+    PartitionError, PartitionRead, ReplicaManager,
+};
 
 use crate::producer_ids::ProducerIds;
-use crate::topics::Topics;
 
-/// Everything a request handler needs.
+/// Everything a request handler needs. Fields are private to this crate; [`Broker`]'s accessors are the
+/// outside view.
 pub struct Broker {
-    pub config: BrokerConfig,
-    pub cluster_id: String,
-    pub topics: Topics,
-    pub producer_ids: ProducerIds,
+    config: BrokerConfig,
+    cluster_id: String,
+    replica_manager: ReplicaManager,
+    producer_ids: ProducerIds,
     /// Consumer groups and committed offsets (`__consumer_offsets` logs).
-    pub groups: Arc<group::GroupCoordinator>,
+    groups: Arc<group::GroupCoordinator>,
     /// The host and port clients are told to connect to.
-    pub advertised: (String, u16),
-    /// Bumped after every append, so long-polling fetches wake up and look again.
-    pub appended: tokio::sync::watch::Sender<u64>,
+    advertised: (String, u16),
     /// KIP-227 incremental fetch sessions.
-    pub fetch_sessions: apis::fetch_session::FetchSessions,
-    /// Becomes true when the broker shuts down; long polls end early.
-    pub shutting_down: tokio::sync::watch::Receiver<bool>,
+    fetch_sessions: apis::fetch_session::FetchSessions,
 }
 
 impl Broker {
-    /// Wakes long-polling fetches after an append.
-    pub fn notify_appended(&self) {
-        self.appended.send_modify(|n| *n = n.wrapping_add(1));
+    pub fn config(&self) -> &BrokerConfig {
+        &self.config
+    }
+
+    pub fn cluster_id(&self) -> &str {
+        &self.cluster_id
+    }
+
+    pub fn replica_manager(&self) -> &ReplicaManager {
+        &self.replica_manager
+    }
+
+    pub fn groups(&self) -> &Arc<group::GroupCoordinator> {
+        &self.groups
+    }
+
+    /// The host and port clients are told to connect to.
+    pub fn advertised(&self) -> (&str, u16) {
+        (&self.advertised.0, self.advertised.1)
     }
 }
 
@@ -73,6 +96,23 @@ pub async fn run_with_listener(
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    start(config, listener).await?.serve(shutdown).await
+}
+
+/// A broker whose data is open but which does not serve yet: [`Started::broker`] reaches its managers (the
+/// cluster code, and tests that change leadership), [`Started::serve`] runs it.
+pub struct Started {
+    broker: Arc<Broker>,
+    listener: tokio::net::TcpListener,
+    stop_tx: tokio::sync::watch::Sender<bool>,
+    stop_rx: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Opens the data directory (cluster id, producer ids, partitions, groups) for serving on `listener`.
+pub async fn start(
+    config: BrokerConfig,
+    listener: tokio::net::TcpListener,
+) -> anyhow::Result<Started> {
     std::fs::create_dir_all(&config.data_dir).map_err(|e| {
         anyhow::anyhow!(
             "cannot create data directory {}: {e}",
@@ -81,7 +121,8 @@ pub async fn run_with_listener(
     })?;
     let cluster_id = cluster_meta::load_or_create(&config.data_dir, config.node_id)?;
     let producer_ids = ProducerIds::open(&config.data_dir)?;
-    let topics = Topics::open(&config)?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let replica_manager = ReplicaManager::open(&config, stop_rx.clone())?;
     let groups = group::GroupCoordinator::open(&config.data_dir, config.groups.clone())?;
     let local = listener.local_addr()?;
     let advertised = match &config.advertised {
@@ -97,46 +138,70 @@ pub async fn run_with_listener(
             (host, local.port())
         }
     };
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let (appended, _) = tokio::sync::watch::channel(0u64);
     let fetch_sessions = apis::fetch_session::FetchSessions::new(config.fetch_session_slots);
     let broker = Arc::new(Broker {
         config,
         cluster_id,
-        topics,
+        replica_manager,
         producer_ids,
-        groups: groups.clone(),
+        groups,
         advertised,
-        appended,
         fetch_sessions,
-        shutting_down: stop_rx.clone(),
     });
     tracing::info!(
         listen = %local, advertised = %format!("{}:{}", broker.advertised.0, broker.advertised.1),
         data_dir = %broker.config.data_dir.display(), cluster_id = %broker.cluster_id,
         "annal broker started"
     );
+    Ok(Started {
+        broker,
+        listener,
+        stop_tx,
+        stop_rx,
+    })
+}
 
-    let retention = tokio::spawn(retention_loop(broker.clone(), stop_rx.clone()));
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
-    });
-    server::serve(listener, broker.clone(), stop_rx).await;
-    retention.abort();
-    let _ = retention.await;
-
-    tracing::info!("flushing and closing partitions");
-    groups.shutdown().await;
-    let broker = Arc::try_unwrap(broker).map_err(|_| ()).ok();
-    match broker {
-        Some(b) => tokio::task::spawn_blocking(move || b.topics.close_all()).await?,
-        None => {
-            tracing::warn!("requests still running at shutdown; partitions were not closed cleanly")
-        }
+impl Started {
+    pub fn broker(&self) -> &Arc<Broker> {
+        &self.broker
     }
-    tracing::info!("annal broker stopped");
-    Ok(())
+
+    /// Serves until `shutdown` resolves; see [`run`]. Drop every clone of [`Started::broker`] before shutdown
+    /// or the partitions still referenced are flushed but not marked clean.
+    pub async fn serve(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let Started {
+            broker,
+            listener,
+            stop_tx,
+            stop_rx,
+        } = self;
+        let groups = broker.groups.clone();
+        let retention = tokio::spawn(retention_loop(broker.clone(), stop_rx.clone()));
+        tokio::spawn(async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+        });
+        server::serve(listener, broker.clone(), stop_rx).await;
+        retention.abort();
+        let _ = retention.await;
+
+        tracing::info!("flushing and closing partitions");
+        groups.shutdown().await;
+        let broker = Arc::try_unwrap(broker).map_err(|_| ()).ok();
+        match broker {
+            Some(b) => tokio::task::spawn_blocking(move || b.replica_manager.close_all()).await?,
+            None => {
+                tracing::warn!(
+                    "requests still running at shutdown; partitions were not closed cleanly"
+                )
+            }
+        }
+        tracing::info!("annal broker stopped");
+        Ok(())
+    }
 }
 
 /// Housekeeping: every second, fsync logs whose `flush.ms` is due; every `log.retention.check.interval.ms`,
@@ -166,31 +231,11 @@ async fn retention_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Recei
 }
 
 fn flush_due(broker: &Broker) {
-    let now = now_ms();
-    for topic in broker.topics.all() {
-        for p in &topic.partitions {
-            if let Err(e) = p.log.lock().flush_if_due(now) {
-                tracing::warn!(topic = %topic.name, partition = p.index, error = %e, "flush failed");
-            }
-        }
-    }
+    broker.replica_manager.flush_due(now_ms());
 }
 
-pub fn apply_retention(broker: &Broker) {
-    let now = now_ms();
-    for topic in broker.topics.all() {
-        for p in &topic.partitions {
-            match p.log.lock().apply_retention(now) {
-                Ok(0) => {}
-                Ok(n) => {
-                    tracing::info!(topic = %topic.name, partition = p.index, segments = n, "retention deleted segments")
-                }
-                Err(e) => {
-                    tracing::warn!(topic = %topic.name, partition = p.index, error = %e, "retention failed")
-                }
-            }
-        }
-    }
+fn apply_retention(broker: &Broker) {
+    broker.replica_manager.apply_retention(now_ms());
 }
 
 pub fn now_ms() -> i64 {
@@ -241,4 +286,12 @@ pub(crate) async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
 /// A millisecond setting as a Duration, capped at a year so deadline arithmetic can never overflow.
 pub(crate) fn config_duration(ms: i64) -> Duration {
     Duration::from_millis(ms.clamp(1, 365 * 24 * 3_600_000) as u64)
+}
+
+/// Runs blocking work (disk, fsync) off the async workers.
+pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(v) => v,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
 }

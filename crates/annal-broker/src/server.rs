@@ -145,26 +145,6 @@ impl From<BytesMut> for Response {
     }
 }
 
-impl Response {
-    /// Total bytes on the wire, size prefix included.
-    pub fn len(&self) -> usize {
-        match self {
-            Response::Buf(b) => b.len(),
-            Response::Pieces(p) => p
-                .iter()
-                .map(|p| match p {
-                    Piece::Bytes(b) => b.len(),
-                    Piece::File(f) => f.len(),
-                })
-                .sum(),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
 /// Writes one response. File pieces go with `sendfile(2)` (Linux); a failure midway closes the connection
 /// (the frame is incomplete), as any write failure does.
 async fn write_response(stream: &mut TcpStream, response: Response) -> std::io::Result<()> {

@@ -7,7 +7,7 @@
 
 mod common;
 
-use annal_broker::topics::durable_sync_count;
+use annal_broker::durable_sync_count;
 use common::*;
 
 const PRODUCERS: usize = 32;
@@ -186,7 +186,7 @@ async fn visible_only_when_flushed(broker: &TestBroker) {
     // The engine's side: an appended record is not below the flushed offset until its fsync, and the broker's
     // high watermark of a durable partition is that flushed offset.
     {
-        use annal_broker::topics::high_watermark;
+        use annal_broker::high_watermark;
         use annal_log::{AppendOptions, Log, LogConfig};
         let dir = tempfile::tempdir().unwrap();
         let mut log = Log::open(dir.path(), LogConfig::default()).unwrap();

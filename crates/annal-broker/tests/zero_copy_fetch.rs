@@ -81,7 +81,9 @@ async fn large_multi_partition_fetch_is_the_log_bytes() {
         for b in 0..BATCHES {
             // Incompressible-looking values, different per partition and batch.
             let mut value = format!("p{p}-b{b}-");
-            let mut x = (p as u64 + 1) * 0x9E37_79B9_7F4A_7C15 + b as u64;
+            let mut x = (p as u64 + 1)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .wrapping_add(b as u64);
             while value.len() < RECORD {
                 x ^= x << 13;
                 x ^= x >> 7;
@@ -102,7 +104,7 @@ async fn large_multi_partition_fetch_is_the_log_bytes() {
     assert!(files[PARTITIONS as usize - 1].is_empty());
     let id = topic_id(&mut c, "big").await;
 
-    let (zero_copy_before, copied_before) = annal_broker::apis::fetch::zero_copy_counts();
+    let (zero_copy_before, copied_before) = annal_broker::zero_copy_counts();
     // Non-flexible (i32 length prefixes) and flexible (varint) versions, by name and by topic id.
     for version in [4i16, 11, 12, 13, 17] {
         let resp = c.call(&request("big", id, version), version).await;
@@ -133,7 +135,7 @@ async fn large_multi_partition_fetch_is_the_log_bytes() {
         "mid-log fetch: records differ from the log file"
     );
 
-    let (zero_copy, copied) = annal_broker::apis::fetch::zero_copy_counts();
+    let (zero_copy, copied) = annal_broker::zero_copy_counts();
     assert_eq!(copied, copied_before, "a fetch fell back to copying");
     assert!(
         zero_copy >= zero_copy_before + 8,

@@ -16,8 +16,8 @@ use kafka_protocol::messages::{
 use uuid::Uuid;
 
 use super::{blocking, code, s, topic_name};
+use crate::log_manager::invalid_topic_name;
 use crate::topic_config::{self, TOPIC_SETTINGS};
-use crate::topics::invalid_topic_name;
 use crate::Broker;
 
 /// Upper bound on partitions per topic: each partition holds open files, and one request must not be able to
@@ -57,7 +57,8 @@ pub async fn create_topics(
                     Ok(Uuid::nil())
                 } else {
                     let (b, n, c) = (broker.clone(), name.clone(), configs.clone());
-                    match blocking(move || b.topics.create(&n, partitions, c, &b.config)).await {
+                    match blocking(move || b.replica_manager.create_topic(&n, partitions, c)).await
+                    {
                         Ok(Some(topic)) => {
                             tracing::info!(topic = %name, partitions, "created topic");
                             Ok(topic.id)
@@ -119,7 +120,7 @@ fn check_creatable(
     if let Some(why) = invalid_topic_name(name) {
         return Err((code::INVALID_TOPIC_EXCEPTION, why));
     }
-    if broker.topics.get(name).is_some() {
+    if broker.replica_manager.topic(name).is_some() {
         return Err((
             code::TOPIC_ALREADY_EXISTS,
             format!("Topic '{name}' already exists."),
@@ -128,8 +129,8 @@ fn check_creatable(
     // Kafka refuses names that differ only by '.' versus '_' (they collide in metric names).
     let unified = name.replace('.', "_");
     if let Some(other) = broker
-        .topics
-        .all()
+        .replica_manager
+        .topics()
         .into_iter()
         .find(|t| t.name.replace('.', "_") == unified)
     {
@@ -240,8 +241,8 @@ pub async fn delete_topics(
     let mut responses = Vec::new();
     for (name, id) in targets {
         let topic = match &name {
-            Some(n) => broker.topics.get(n),
-            None => broker.topics.get_by_id(id),
+            Some(n) => broker.replica_manager.topic(n),
+            None => broker.replica_manager.topic_by_id(id),
         };
         let mut r = DeletableTopicResult::default()
             .with_error_message(None)
@@ -271,7 +272,7 @@ pub async fn delete_topics(
                         r.name = Some(topic_name(&t.name));
                     }
                     let (b, n) = (broker.clone(), t.name.clone());
-                    match blocking(move || b.topics.delete(&n)).await {
+                    match blocking(move || b.replica_manager.delete_topic(&n)).await {
                         Ok(Some(_)) => {
                             tracing::info!(topic = %t.name, "deleted topic");
                             None
@@ -310,13 +311,13 @@ pub async fn create_partitions(
         let mut r = CreatePartitionsTopicResult::default()
             .with_error_message(None)
             .with_name(t.name.clone());
-        let failure: Option<Failure> = match broker.topics.get(&name) {
+        let failure: Option<Failure> = match broker.replica_manager.topic(&name) {
             None => Some((
                 code::UNKNOWN_TOPIC_OR_PARTITION,
                 format!("topic '{name}' does not exist"),
             )),
             Some(topic) => {
-                let current = topic.partitions.len() as i32;
+                let current = topic.partition_count;
                 let node = broker.config.node_id;
                 if t.count <= current {
                     Some((
@@ -361,7 +362,7 @@ pub async fn create_partitions(
                     None
                 } else {
                     let (b, n, count) = (broker.clone(), name.clone(), t.count);
-                    match blocking(move || b.topics.add_partitions(&n, count, &b.config)).await {
+                    match blocking(move || b.replica_manager.create_partitions(&n, count)).await {
                         Ok(()) => {
                             tracing::info!(topic = %name, partitions = t.count, "added partitions");
                             None
@@ -400,9 +401,10 @@ pub async fn describe_log_dirs(
             .collect()
     });
     let mut topics = Vec::new();
-    for topic in broker.topics.all() {
+    for topic in broker.replica_manager.topics() {
+        let held = broker.replica_manager.partitions_of(&topic.name);
         let partitions: Vec<i32> = match &wanted {
-            None => (0..topic.partitions.len() as i32).collect(),
+            None => (0..held.len() as i32).collect(),
             Some(list) => match list.iter().find(|(n, _)| *n == topic.name) {
                 Some((_, ps)) => ps.clone(),
                 None => continue,
@@ -410,15 +412,11 @@ pub async fn describe_log_dirs(
         };
         let mut out = Vec::new();
         for index in partitions {
-            if let Some(part) = usize::try_from(index)
-                .ok()
-                .and_then(|i| topic.partitions.get(i))
-            {
-                let size = part.log.lock().size_bytes();
+            if let Some(part) = usize::try_from(index).ok().and_then(|i| held.get(i)) {
                 out.push(
                     DescribeLogDirsPartition::default()
                         .with_partition_index(index)
-                        .with_partition_size(size as i64),
+                        .with_partition_size(part.size_bytes() as i64),
                 );
             }
         }

@@ -45,7 +45,7 @@ pub async fn describe(
             .with_resource_type(r.resource_type)
             .with_resource_name(r.resource_name.clone());
         match r.resource_type {
-            TOPIC => match broker.topics.get(&name) {
+            TOPIC => match broker.replica_manager.topic(&name) {
                 None => {
                     result.error_code = code::UNKNOWN_TOPIC_OR_PARTITION;
                     result.error_message = Some(s(format!("topic '{name}' does not exist")));
@@ -137,7 +137,7 @@ async fn alter_topic(
     validate_only: bool,
     change: impl FnOnce(&mut BTreeMap<String, String>) -> Result<(), String>,
 ) -> Result<(), (i16, String)> {
-    let topic = broker.topics.get(name).ok_or_else(|| {
+    let topic = broker.replica_manager.topic(name).ok_or_else(|| {
         (
             code::UNKNOWN_TOPIC_OR_PARTITION,
             format!("topic '{name}' does not exist"),
@@ -149,7 +149,7 @@ async fn alter_topic(
         return Ok(());
     }
     let (b, n) = (broker.clone(), name.to_string());
-    blocking(move || b.topics.set_configs(&n, configs, &b.config))
+    blocking(move || b.replica_manager.alter_topic_configs(&n, configs))
         .await
         .map_err(|e| (code::UNKNOWN_SERVER_ERROR, format!("{e:#}")))?;
     tracing::info!(topic = %name, "altered topic configs");

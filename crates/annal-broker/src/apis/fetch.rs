@@ -5,30 +5,23 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use annal_log::{FileSlice, LogError};
+use std::collections::HashMap;
+
+use annal_log::FileSlice;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, RequestHeader};
 use uuid::Uuid;
 
-use super::offsets::error_code;
 use super::{code, fetch_session};
+use crate::replica::{
+    FetchParams, FetchPartition, FetchPartitionResult, Partition, PartitionError,
+};
 use crate::server::{encode_response, Close, Piece, Response};
-use crate::topic_config;
-use crate::topics::{high_watermark, Partition};
 use crate::Broker;
 
 /// Longest wait we honour, whatever the client asks (Kafka clients use 500 ms by default).
 const MAX_WAIT_MS: i32 = 60_000;
-
-/// What a fetch asked for, resolved once: per topic (name, id) and per partition (index, offset, max bytes).
-type Plan = Vec<(String, Uuid, Vec<(i32, i64, i32, Target)>)>;
-
-enum Target {
-    /// The partition, and whether its topic is durable (high watermark = flushed offset).
-    Found(Arc<Partition>, bool),
-    Missing(i16),
-}
 
 /// How this fetch relates to KIP-227 sessions.
 enum Mode {
@@ -118,9 +111,20 @@ pub async fn handle(
         }
     };
     let read_committed = req.isolation_level == 1;
-    let plan = Arc::new(resolve(broker, by_id, &entries));
+    // KIP-320 CurrentLeaderEpoch of the partitions this request names (those cached in a session send none).
+    let epochs: HashMap<fetch_session::Key, i32> = req
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| {
+                (
+                    key(&t.topic.0, t.topic_id, p.partition),
+                    p.current_leader_epoch,
+                )
+            })
+        })
+        .collect();
     let max_wait = Duration::from_millis(req.max_wait_ms.clamp(0, MAX_WAIT_MS) as u64);
-    let deadline = tokio::time::Instant::now() + max_wait;
     // Before v3 there is no max_bytes; the broker's fetch.max.bytes caps every fetch (as in Kafka).
     let broker_max = broker.config.fetch_max_bytes.max(0) as usize;
     let max_bytes = if req.max_bytes <= 0 {
@@ -128,26 +132,22 @@ pub async fn handle(
     } else {
         (req.max_bytes as usize).min(broker_max)
     };
-    let min_bytes = req.min_bytes.max(0) as usize;
-    let mut appended = broker.appended.subscribe();
-    let mut shutting_down = broker.shutting_down.clone();
-    let (responses, slices) = loop {
-        // Subscribe before reading, so an append between the read and the wait still wakes us.
-        appended.borrow_and_update();
-        // Index lookups (and page faults on them) run off the async workers.
-        let p = plan.clone();
-        let (responses, slices, total, has_error) =
-            super::blocking(move || read_all(&p, version, max_bytes, read_committed)).await;
-        let now = tokio::time::Instant::now();
-        if total >= min_bytes || has_error || now >= deadline || *shutting_down.borrow() {
-            break (responses, slices);
-        }
-        tokio::select! {
-            _ = appended.changed() => {}
-            _ = tokio::time::sleep_until(deadline) => {}
-            _ = shutting_down.changed() => {}
-        }
+    let params = FetchParams {
+        max_wait,
+        min_bytes: req.min_bytes.max(0) as usize,
+        max_bytes,
     };
+    let wanted = entries
+        .iter()
+        .map(|(k, offset, max)| FetchPartition {
+            target: resolve(broker, by_id, k),
+            fetch_offset: *offset,
+            current_leader_epoch: epochs.get(k).copied().unwrap_or(-1),
+            max_bytes: *max,
+        })
+        .collect();
+    let results = broker.replica_manager.fetch_messages(params, wanted).await;
+    let (responses, slices) = encode_results(&entries, results, version, read_committed);
     let responses = match mode {
         Mode::Sessionless => {
             return (
@@ -216,124 +216,70 @@ fn session_error(code: i16) -> FetchResponse {
         .with_session_id(0)
 }
 
-/// Resolves the partitions to fetch (consecutive entries of one topic share a response topic).
-fn resolve(broker: &Broker, by_id: bool, entries: &fetch_session::Entries) -> Plan {
-    let mut plan: Plan = Vec::new();
-    for (key, offset, max_bytes) in entries {
-        let same_topic = plan
-            .last()
-            .is_some_and(|(name, id, _)| *name == key.topic && *id == key.topic_id);
-        if !same_topic {
-            plan.push((key.topic.clone(), key.topic_id, Vec::new()));
+/// The partition a session key names, or why there is none.
+fn resolve(
+    broker: &Broker,
+    by_id: bool,
+    key: &fetch_session::Key,
+) -> Result<Arc<Partition>, PartitionError> {
+    let name = if by_id {
+        match broker.replica_manager.topic_by_id(key.topic_id) {
+            Some(t) => t.name.clone(),
+            None => return Err(PartitionError::UnknownTopicId(key.topic_id)),
         }
-        let topic = if by_id {
-            broker.topics.get_by_id(key.topic_id)
-        } else {
-            broker.topics.get(&key.topic)
-        };
-        let target = match topic {
-            None => Target::Missing(if by_id {
-                code::UNKNOWN_TOPIC_ID
-            } else {
-                code::UNKNOWN_TOPIC_OR_PARTITION
-            }),
-            Some(topic) => match usize::try_from(key.partition)
-                .ok()
-                .and_then(|i| topic.partitions.get(i))
-            {
-                Some(part) => Target::Found(
-                    part.clone(),
-                    topic_config::durable_acks(&topic.configs, &broker.config),
-                ),
-                None => Target::Missing(code::UNKNOWN_TOPIC_OR_PARTITION),
-            },
-        };
-        if let Some(last) = plan.last_mut() {
-            last.2.push((key.partition, *offset, *max_bytes, target));
-        }
-    }
-    plan
+    } else {
+        key.topic.clone()
+    };
+    broker
+        .replica_manager
+        .partition_or_error(&name, key.partition)
 }
 
-/// One pass over the partitions. The first partition with data returns at least one whole batch even past the
-/// limits (KIP-74, so a large batch never blocks a consumer); later partitions stop at the limits.
-fn read_all(
-    plan: &Plan,
+/// The response topics (consecutive entries of one topic share one), with each partition's records as a
+/// sentinel for the zero-copy path (see [`Slices`]).
+fn encode_results(
+    entries: &fetch_session::Entries,
+    results: Vec<FetchPartitionResult>,
     version: i16,
-    max_bytes: usize,
     read_committed: bool,
-) -> (Vec<FetchableTopicResponse>, Slices, usize, bool) {
+) -> (Vec<FetchableTopicResponse>, Slices) {
+    assert_eq!(entries.len(), results.len(), "one fetch result per entry");
     let mut slices = Slices::new();
-    let mut total = 0usize;
-    let mut has_error = false;
-    let mut responses = Vec::with_capacity(plan.len());
-    for (name, id, parts) in plan {
-        let mut topic = FetchableTopicResponse::default();
-        if version >= 13 {
-            topic.topic_id = *id;
-        } else {
-            topic.topic = super::topic_name(name);
-        }
-        for (index, offset, partition_max, target) in parts {
-            let mut pd = PartitionData::default()
-                .with_partition_index(*index)
-                .with_high_watermark(-1)
-                .with_last_stable_offset(-1)
-                .with_log_start_offset(-1)
-                .with_aborted_transactions(if read_committed {
-                    Some(Vec::new())
-                } else {
-                    None
-                })
-                .with_records(Some(Bytes::new()));
-            match target {
-                Target::Missing(c) => {
-                    pd.error_code = *c;
-                    has_error = true;
-                }
-                Target::Found(part, durable) => {
-                    let budget = (*partition_max).max(0) as usize;
-                    let budget = budget.min(max_bytes.saturating_sub(total));
-                    let first = total == 0;
-                    // Take the slice under the lock; read its bytes after releasing it.
-                    // Durable topics are read only up to the flushed offset (their high watermark).
-                    let read = {
-                        let log = part.log.lock();
-                        let hw = high_watermark(&log, *durable);
-                        let r = log.read(*offset, budget.max(1), durable.then_some(hw));
-                        (r, log.log_start_offset(), hw)
-                    };
-                    let (r, start, end) = read;
-                    pd.high_watermark = end;
-                    pd.last_stable_offset = end;
-                    pd.log_start_offset = start;
-                    match r {
-                        Ok(read) => {
-                            if let Some(slice) = read.slice {
-                                if first || slice.len() <= budget {
-                                    // Not read here: the records go from the file to the socket (see `encode`).
-                                    total += slice.len();
-                                    pd.records = Some(slices.push(slice));
-                                }
-                            }
-                        }
-                        // OFFSET_OUT_OF_RANGE (below the log start or past the end) lets clients apply
-                        // auto.offset.reset; anything else is a storage error.
-                        Err(e) => {
-                            if !matches!(e, LogError::OffsetOutOfRange { .. }) {
-                                tracing::warn!(partition = %format!("{}-{}", part.topic, part.index), error = %e, "fetch read failed");
-                            }
-                            pd.error_code = error_code(&e);
-                            has_error = true;
-                        }
-                    }
-                }
+    let mut responses: Vec<FetchableTopicResponse> = Vec::new();
+    let mut last: Option<(&str, Uuid)> = None;
+    for ((key, _, _), result) in entries.iter().zip(results) {
+        if last != Some((key.topic.as_str(), key.topic_id)) {
+            let mut topic = FetchableTopicResponse::default();
+            if version >= 13 {
+                topic.topic_id = key.topic_id;
+            } else {
+                topic.topic = super::topic_name(&key.topic);
             }
+            responses.push(topic);
+            last = Some((key.topic.as_str(), key.topic_id));
+        }
+        let mut pd = PartitionData::default()
+            .with_partition_index(key.partition)
+            .with_high_watermark(result.high_watermark)
+            .with_last_stable_offset(result.high_watermark)
+            .with_log_start_offset(result.log_start_offset)
+            .with_aborted_transactions(if read_committed {
+                Some(Vec::new())
+            } else {
+                None
+            })
+            .with_records(Some(Bytes::new()));
+        match result.records {
+            // Not read here: the records go from the file to the socket (see `encode`).
+            Ok(Some(slice)) => pd.records = Some(slices.push(slice)),
+            Ok(None) => {}
+            Err(e) => pd.error_code = e.code(),
+        }
+        if let Some(topic) = responses.last_mut() {
             topic.partitions.push(pd);
         }
-        responses.push(topic);
     }
-    (responses, slices, total, has_error)
+    (responses, slices)
 }
 
 /// The file ranges of a fetch response's records. Each partition with records carries a 16-byte sentinel in

@@ -13,16 +13,16 @@ tokio::task_local! {
 }
 
 /// The topic registry, as the coordinator sees it.
-impl TopicCatalog for crate::topics::Topics {
+impl TopicCatalog for crate::log_manager::LogManager {
     fn topic(&self, name: &str) -> Option<TopicInfo> {
-        self.get(name).map(|t| TopicInfo {
+        self.topic(name).map(|t| TopicInfo {
             id: t.id,
-            partitions: t.partitions.len() as i32,
+            partitions: t.partition_count,
         })
     }
 
     fn topic_name(&self, id: uuid::Uuid) -> Option<String> {
-        self.get_by_id(id).map(|t| t.name.clone())
+        self.topic_by_id(id).map(|t| t.name.clone())
     }
 }
 
@@ -85,7 +85,7 @@ pub async fn offset_commit(
     r: OffsetCommitRequest,
 ) -> OffsetCommitResponse {
     b.groups
-        .offset_commit(r, h.request_api_version, &b.topics)
+        .offset_commit(r, h.request_api_version, b.replica_manager.log_manager())
         .await
 }
 
@@ -103,7 +103,7 @@ pub async fn offset_delete(
     r: OffsetDeleteRequest,
 ) -> OffsetDeleteResponse {
     b.groups
-        .offset_delete(r, h.request_api_version, &b.topics)
+        .offset_delete(r, h.request_api_version, b.replica_manager.log_manager())
         .await
 }
 
@@ -137,7 +137,12 @@ pub async fn consumer_group_heartbeat(
     r: ConsumerGroupHeartbeatRequest,
 ) -> ConsumerGroupHeartbeatResponse {
     b.groups
-        .consumer_group_heartbeat(r, h.request_api_version, &client_info(h), &b.topics)
+        .consumer_group_heartbeat(
+            r,
+            h.request_api_version,
+            &client_info(h),
+            b.replica_manager.log_manager(),
+        )
         .await
 }
 
@@ -147,6 +152,6 @@ pub async fn consumer_group_describe(
     r: ConsumerGroupDescribeRequest,
 ) -> ConsumerGroupDescribeResponse {
     b.groups
-        .consumer_group_describe(r, h.request_api_version, &b.topics)
+        .consumer_group_describe(r, h.request_api_version, b.replica_manager.log_manager())
         .await
 }

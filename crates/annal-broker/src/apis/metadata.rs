@@ -1,5 +1,5 @@
-//! Metadata (with topic auto-creation) and DescribeCluster. A single node is the leader, only replica and whole
-//! ISR of every partition, at leader epoch 0.
+//! Metadata (with topic auto-creation) and DescribeCluster. Partition leaders, epochs, replicas and ISRs come
+//! from the replica manager's partitions (on a single node: this node, epoch 0, ISR = {this node}).
 
 use std::sync::Arc;
 
@@ -13,7 +13,7 @@ use kafka_protocol::messages::{
 };
 
 use super::{blocking, code, s, topic_name, CLUSTER_OPERATIONS, TOPIC_OPERATIONS};
-use crate::topics::{invalid_topic_name, Topic};
+use crate::log_manager::{invalid_topic_name, Topic};
 use crate::Broker;
 
 pub async fn handle(
@@ -33,8 +33,8 @@ pub async fn handle(
     let mut topics = Vec::new();
     match requested {
         None => {
-            for t in broker.topics.all() {
-                topics.push(describe(&t, node, version, with_ops));
+            for t in broker.replica_manager.topics() {
+                topics.push(describe(broker, &t, version, with_ops));
             }
         }
         Some(list) => {
@@ -44,26 +44,25 @@ pub async fn handle(
             for rt in list {
                 let name = rt.name.map(|n| n.0.to_string());
                 let topic = match &name {
-                    Some(n) => broker.topics.get(n),
-                    None => broker.topics.get_by_id(rt.topic_id),
+                    Some(n) => broker.replica_manager.topic(n),
+                    None => broker.replica_manager.topic_by_id(rt.topic_id),
                 };
                 let topic = match (topic, &name) {
                     (Some(t), _) => Some(t),
                     (None, Some(n)) if allow_create && invalid_topic_name(n).is_none() => {
                         let (b, n2) = (broker.clone(), n.clone());
                         match blocking(move || {
-                            b.topics.create(
+                            b.replica_manager.create_topic(
                                 &n2,
                                 b.config.num_partitions,
                                 Default::default(),
-                                &b.config,
                             )
                         })
                         .await
                         {
                             Ok(_) => {
                                 tracing::info!(topic = %n, partitions = broker.config.num_partitions, "auto-created topic");
-                                broker.topics.get(n)
+                                broker.replica_manager.topic(n)
                             }
                             Err(e) => {
                                 tracing::error!(topic = %n, error = %format!("{e:#}"), "auto-create failed");
@@ -74,7 +73,7 @@ pub async fn handle(
                     _ => None,
                 };
                 match topic {
-                    Some(t) => topics.push(describe(&t, node, version, with_ops)),
+                    Some(t) => topics.push(describe(broker, &t, version, with_ops)),
                     None => {
                         let error = match &name {
                             Some(n) if invalid_topic_name(n).is_some() => {
@@ -108,17 +107,20 @@ pub async fn handle(
     resp
 }
 
-fn describe(t: &Topic, node: BrokerId, version: i16, with_ops: bool) -> MetadataResponseTopic {
-    let partitions = t
-        .partitions
+/// A topic's partitions as this broker's replica manager holds them: leader, leader epoch, replicas and ISR.
+fn describe(broker: &Broker, t: &Topic, version: i16, with_ops: bool) -> MetadataResponseTopic {
+    let ids = |v: Vec<i32>| v.into_iter().map(BrokerId).collect::<Vec<_>>();
+    let partitions = broker
+        .replica_manager
+        .partitions_of(&t.name)
         .iter()
         .map(|p| {
             MetadataResponsePartition::default()
-                .with_partition_index(p.index)
-                .with_leader_id(node)
-                .with_leader_epoch(0)
-                .with_replica_nodes(vec![node])
-                .with_isr_nodes(vec![node])
+                .with_partition_index(p.index())
+                .with_leader_id(BrokerId(p.leader()))
+                .with_leader_epoch(p.leader_epoch())
+                .with_replica_nodes(ids(p.replicas()))
+                .with_isr_nodes(ids(p.isr()))
         })
         .collect();
     let mut topic = MetadataResponseTopic::default()

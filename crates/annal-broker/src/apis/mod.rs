@@ -64,35 +64,8 @@ pub fn supported(key: ApiKey) -> Option<(i16, i16)> {
         .map(|(_, a, b)| (*a, *b))
 }
 
-/// Kafka error codes used by the handlers.
-pub mod code {
-    pub const NONE: i16 = 0;
-    pub const UNKNOWN_SERVER_ERROR: i16 = -1;
-    pub const OFFSET_OUT_OF_RANGE: i16 = 1;
-    pub const CORRUPT_MESSAGE: i16 = 2;
-    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-    pub const MESSAGE_TOO_LARGE: i16 = 10;
-    pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
-    pub const NOT_ENOUGH_REPLICAS: i16 = 19;
-    pub const INVALID_REQUIRED_ACKS: i16 = 21;
-    pub const UNSUPPORTED_VERSION: i16 = 35;
-    pub const TOPIC_ALREADY_EXISTS: i16 = 36;
-    pub const INVALID_PARTITIONS: i16 = 37;
-    pub const INVALID_REPLICATION_FACTOR: i16 = 38;
-    pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
-    pub const INVALID_CONFIG: i16 = 40;
-    pub const INVALID_REQUEST: i16 = 42;
-    pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
-    pub const INVALID_PRODUCER_EPOCH: i16 = 47;
-    pub const INVALID_TXN_STATE: i16 = 48;
-    pub const KAFKA_STORAGE_ERROR: i16 = 56;
-    pub const UNKNOWN_PRODUCER_ID: i16 = 59;
-    pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
-    pub const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
-    pub const TOPIC_DELETION_DISABLED: i16 = 73;
-    pub const INVALID_RECORD: i16 = 87;
-    pub const UNKNOWN_TOPIC_ID: i16 = 100;
-}
+pub(crate) use crate::blocking;
+pub(crate) use crate::kafka_code as code;
 
 /// Operations bitfields for Metadata/DescribeCluster when clients ask for authorized operations: everything
 /// (Annal has no ACLs yet). Bits are Kafka's AclOperation codes.
@@ -375,13 +348,5 @@ pub async fn dispatch(
             }
         }
         other => Err(Close(format!("{other:?} is not implemented"))),
-    }
-}
-
-/// Runs blocking work (disk, fsync) off the async workers.
-pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(v) => v,
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
     }
 }

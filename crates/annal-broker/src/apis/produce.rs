@@ -1,20 +1,18 @@
 //! Produce: batches are validated and appended by the engine exactly as sent (every codec passes through
 //! untouched); the engine also deduplicates idempotent producers' retries and reports sequence/epoch errors.
 //!
-//! Durable acknowledgements (`flush.messages=1`): the append registers a wait with the partition's group commit
-//! under the partition lock, and the response waits for it after the lock is released, so concurrent producers
-//! share one fsync and appends go on while it runs (see `annal_log::GroupCommit`).
+//! The work (leader checks, min ISR, durable group-commit waits) is [`crate::ReplicaManager::append_records`]'s;
+//! this module decodes and encodes.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use annal_log::{AppendOptions, TimestampType};
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse, RequestHeader};
 
-use super::offsets::{error_code, partition};
-use super::{blocking, code, s};
+use super::{code, s};
+use crate::replica::{AppendEntry, PartitionError};
 use crate::server::Close;
-use crate::topic_config;
 use crate::Broker;
 
 /// Returns `Ok(None)` for acks=0 (the client expects no response); `Err` closes the connection (a failed acks=0).
@@ -26,147 +24,46 @@ pub async fn handle(
     let version = header.request_api_version;
     let acks = req.acks;
     let transactional = req.transactional_id.is_some();
-    // Resolve partitions and check request-level rules first; then append everything in one blocking call.
-    /// The partition, the batches to append, whether the topic uses LogAppendTime, whether acks wait for fsync.
-    type Ready = (Arc<crate::topics::Partition>, Vec<u8>, bool, bool);
-    struct Work {
-        topic: usize,
-        index: i32,
-        result: Result<Ready, (i16, String)>,
-    }
-    let mut topics = Vec::new();
-    let mut work = Vec::new();
+    let mut topics = Vec::with_capacity(req.topic_data.len());
+    // (response topic, partition index) of each entry, in entry order.
+    let mut positions = Vec::new();
+    let mut entries = Vec::new();
     for (ti, t) in req.topic_data.into_iter().enumerate() {
         let name = t.name.0.to_string();
-        let topic = broker.topics.get(&name);
         topics.push(TopicProduceResponse::default().with_name(t.name));
         for p in t.partition_data {
-            let result = if !(-1..=1).contains(&acks) {
-                Err((
-                    code::INVALID_REQUIRED_ACKS,
-                    format!("acks={acks} is not one of 0, 1, -1 (all)"),
-                ))
-            } else if transactional {
-                Err((
-                    code::INVALID_TXN_STATE,
-                    "transactions are not supported by this Annal broker yet".into(),
-                ))
-            } else {
-                match (&topic, partition(broker, &name, p.index)) {
-                    (None, _) | (_, None) => Err((
-                        code::UNKNOWN_TOPIC_OR_PARTITION,
-                        format!("partition {name}-{} does not exist", p.index),
-                    )),
-                    (Some(topic), Some(part)) => {
-                        let min_isr: i32 = topic_config::effective(
-                            "min.insync.replicas",
-                            &topic.configs,
-                            &broker.config,
-                        )
-                        .0
-                        .parse()
-                        .unwrap_or(1);
-                        if acks == -1 && min_isr > 1 {
-                            Err((
-                                code::NOT_ENOUGH_REPLICAS,
-                                format!("{name} has min.insync.replicas={min_isr} but this single node is the only in-sync replica"),
-                            ))
-                        } else {
-                            match p.records {
-                                None => Err((
-                                    code::INVALID_RECORD,
-                                    "the partition's records are null".into(),
-                                )),
-                                Some(bytes) => Ok((
-                                    part,
-                                    bytes.to_vec(),
-                                    topic_config::log_append_time(&topic.configs, &broker.config),
-                                    topic_config::durable_acks(&topic.configs, &broker.config),
-                                )),
-                            }
-                        }
-                    }
-                }
-            };
-            work.push(Work {
-                topic: ti,
-                index: p.index,
-                result,
+            positions.push((ti, p.index));
+            entries.push(AppendEntry {
+                topic: name.clone(),
+                partition: p.index,
+                records: p.records,
             });
         }
     }
-
-    let now = crate::now_ms();
-    let done = blocking(move || {
-        work.into_iter()
-            .map(|w| {
-                let outcome = w.result.and_then(|(part, mut bytes, log_append_time, durable)| {
-                    let opts = AppendOptions {
-                        leader_epoch: 0,
-                        now_ms: now,
-                        timestamp_type: if log_append_time { TimestampType::LogAppendTime } else { TimestampType::CreateTime },
-                        ..Default::default()
-                    };
-                    let mut log = part.log.lock();
-                    let appended = log.append(&mut bytes, &opts);
-                    // Registered under the lock, right after the append: the next fsync covers it.
-                    let durable_wait = match &appended {
-                        Ok(info) if durable => Some(part.group_commit().durable(info.last_offset)),
-                        _ => None,
-                    };
-                    drop(log);
-                    let name = format!("{}-{}", part.topic, part.index);
-                    appended
-                        .map(|info| (info, durable_wait.map(|wait| (name.clone(), wait))))
-                        .map_err(|e| {
-                            let c = error_code(&e);
-                            if c == code::KAFKA_STORAGE_ERROR {
-                                tracing::error!(topic = %part.topic, partition = part.index, error = %e, "append failed");
-                            }
-                            (c, format!("{name}: {e}"))
-                        })
-                });
-                (w.topic, w.index, outcome)
+    let outcomes = if transactional {
+        positions
+            .iter()
+            .map(|_| {
+                Err((
+                    code::INVALID_TXN_STATE,
+                    "transactions are not supported by this Annal broker yet".to_string(),
+                ))
             })
             .collect::<Vec<_>>()
-    })
-    .await;
-
-    let mut any_appended = false;
-    let mut done_durable = Vec::with_capacity(done.len());
-    for (ti, index, outcome) in done {
-        let outcome = match outcome {
-            Ok((info, None)) => Ok(info),
-            Ok((info, Some((name, wait)))) if acks == 0 => {
-                // Nobody waits for the answer, but flush.messages=1 still asks for the fsync: let it run.
-                let b = broker.clone();
-                tokio::spawn(async move {
-                    match wait.await {
-                        // The durable point moved: wake long-polling fetches of this durable partition.
-                        Ok(()) => b.notify_appended(),
-                        Err(e) => {
-                            tracing::error!(partition = %name, error = %e, "fsync after an acks=0 produce failed")
-                        }
-                    }
-                });
-                Ok(info)
-            }
-            Ok((info, Some((name, wait)))) => match wait.await {
-                Ok(()) => Ok(info),
-                Err(e) => {
-                    tracing::error!(partition = %name, error = %e, "durable produce failed");
-                    Err((code::KAFKA_STORAGE_ERROR, format!("{name}: {e}")))
-                }
-            },
-            Err(e) => Err(e),
-        };
-        done_durable.push((ti, index, outcome));
-    }
-    for (ti, index, outcome) in done_durable {
+    } else {
+        let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
+        broker
+            .replica_manager
+            .append_records(timeout, acks, entries)
+            .await
+            .into_iter()
+            .map(|r| r.map_err(|e: PartitionError| (e.code(), e.to_string())))
+            .collect()
+    };
+    for ((ti, index), outcome) in positions.into_iter().zip(outcomes) {
         let mut r = PartitionProduceResponse::default().with_index(index);
         match outcome {
             Ok(info) => {
-                any_appended |= !info.duplicate;
                 r.base_offset = info.first_offset;
                 r.log_append_time_ms = info.log_append_time_ms.unwrap_or(-1);
                 if version >= 5 {
@@ -182,9 +79,6 @@ pub async fn handle(
             }
         }
         topics[ti].partition_responses.push(r);
-    }
-    if any_appended {
-        broker.notify_appended();
     }
     if acks == 0 {
         // No response to carry an error: like Kafka, close the connection so the client notices (and refreshes

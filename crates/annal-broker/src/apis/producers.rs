@@ -2,14 +2,16 @@
 
 use std::sync::Arc;
 
-use kafka_protocol::messages::describe_producers_response::{PartitionResponse, TopicResponse};
+use kafka_protocol::messages::describe_producers_response::{
+    PartitionResponse, ProducerState, TopicResponse,
+};
 use kafka_protocol::messages::{
     DescribeProducersRequest, DescribeProducersResponse, InitProducerIdRequest,
     InitProducerIdResponse, ProducerId, RequestHeader,
 };
 
-use super::offsets::partition;
 use super::{blocking, code, s};
+use crate::replica::Partition;
 use crate::Broker;
 
 /// A non-transactional producer always gets a fresh producer id at epoch 0, as Kafka does: that is also its
@@ -53,15 +55,12 @@ pub async fn describe_producers(
             let mut r = PartitionResponse::default()
                 .with_error_message(None)
                 .with_partition_index(index);
-            match partition(broker, &t.name.0, index) {
-                None => {
-                    r.error_code = code::UNKNOWN_TOPIC_OR_PARTITION;
-                    r.error_message =
-                        Some(s(format!("partition {}-{index} does not exist", t.name.0)));
+            match broker.replica_manager.partition_or_error(&t.name.0, index) {
+                Err(e) => {
+                    r.error_code = e.code();
+                    r.error_message = Some(s(e.to_string()));
                 }
-                Some(part) => {
-                    r.active_producers = crate::producer_state::describe(&part);
-                }
+                Ok(part) => r.active_producers = active_producers(&part),
             }
             partitions.push(r);
         }
@@ -72,4 +71,22 @@ pub async fn describe_producers(
         );
     }
     DescribeProducersResponse::default().with_topics(topics)
+}
+
+/// The partition's producers as DescribeProducers reports them (from the engine's producer table).
+fn active_producers(part: &Partition) -> Vec<ProducerState> {
+    part.with_producer_state(|state| {
+        state
+            .producers()
+            .map(|p| {
+                ProducerState::default()
+                    .with_producer_id(ProducerId(p.producer_id))
+                    .with_producer_epoch(p.epoch as i32)
+                    .with_last_sequence(p.last_sequence().unwrap_or(-1))
+                    .with_last_timestamp(p.last_timestamp)
+                    .with_coordinator_epoch(p.coordinator_epoch)
+                    .with_current_txn_start_offset(p.current_txn_first_offset.unwrap_or(-1))
+            })
+            .collect()
+    })
 }

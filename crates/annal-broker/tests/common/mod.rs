@@ -51,6 +51,39 @@ impl TestBroker {
         }
     }
 
+    /// Like [`start`](Self::start), also returning the broker itself, to reach its replica manager (tests that
+    /// change leadership the way the cluster code will). Drop the `Arc` before [`stop`](Self::stop).
+    pub async fn start_with_handle(
+        data_dir: &Path,
+        overrides: &[&str],
+    ) -> (TestBroker, std::sync::Arc<annal_broker::Broker>) {
+        let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+        let config = BrokerConfig::load(
+            None,
+            &overrides,
+            Some(data_dir.to_path_buf()),
+            Some("127.0.0.1:0".into()),
+        )
+        .expect("test config");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let started = annal_broker::start(config, listener)
+            .await
+            .expect("broker start");
+        let broker = started.broker().clone();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let handle = tokio::spawn(started.serve(async move {
+            let _ = rx.await;
+        }));
+        let test = TestBroker {
+            addr,
+            data_dir: data_dir.to_path_buf(),
+            stop: Some(tx),
+            handle: Some(handle),
+        };
+        (test, broker)
+    }
+
     /// Graceful shutdown; returns the broker's result.
     pub async fn stop(mut self) -> anyhow::Result<()> {
         let _ = self.stop.take().unwrap().send(());

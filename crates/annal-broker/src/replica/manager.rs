@@ -1,0 +1,555 @@
+//! The replica manager: the partitions this broker holds (topic -> [`Partition`]s), produce
+//! ([`ReplicaManager::append_records`]: acks, durable group-commit waits) and fetch
+//! ([`ReplicaManager::fetch_messages`]: long polls parked per partition, see [`super::delayed_fetch`]).
+//! Topic admin goes through it too, so the registry ([`LogManager`]) and the partitions change together.
+//!
+//! Architecture invariant: no protocol types here; handlers in `apis/` translate requests into these calls.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use annal_log::{AppendInfo, FileSlice, LogError};
+use bytes::Bytes;
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+use super::partition::{Partition, PartitionConfig};
+use super::PartitionError;
+use crate::config::BrokerConfig;
+use crate::log_manager::{LogManager, OpenedLogs, Topic};
+use crate::topic_config;
+
+/// One partition's share of a produce request.
+pub struct AppendEntry {
+    pub topic: String,
+    pub partition: i32,
+    /// The request's record batches (null is answered INVALID_RECORD).
+    pub records: Option<Bytes>,
+}
+
+/// A fetch request's limits.
+#[derive(Debug, Clone, Copy)]
+pub struct FetchParams {
+    /// How long to wait for `min_bytes` (already capped by the caller).
+    pub max_wait: Duration,
+    pub min_bytes: usize,
+    /// The response's byte budget over all partitions (the first partition with data exceeds it if its first
+    /// batch alone is larger, KIP-74).
+    pub max_bytes: usize,
+}
+
+/// One partition of a fetch: resolved by the caller ([`ReplicaManager::partition_or_error`]), so an unknown one
+/// carries its error.
+pub struct FetchPartition {
+    pub target: Result<Arc<Partition>, PartitionError>,
+    pub fetch_offset: i64,
+    /// KIP-320 CurrentLeaderEpoch, -1 if the client sent none.
+    pub current_leader_epoch: i32,
+    pub max_bytes: i32,
+}
+
+/// What a fetch returns for one partition, in request order. Offsets are -1 when the partition failed before
+/// reading (unknown, not leader, fenced).
+pub struct FetchPartitionResult {
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub records: Result<Option<FileSlice>, PartitionError>,
+}
+
+pub struct ReplicaManager {
+    local_broker_id: i32,
+    config: BrokerConfig,
+    log_manager: LogManager,
+    /// topic -> its partitions, index = position. Replaced per topic on admin changes.
+    partitions: RwLock<HashMap<String, Vec<Arc<Partition>>>>,
+    /// Serializes admin changes so the registry and `partitions` change in the same order.
+    admin: Mutex<()>,
+    /// Becomes true when the broker shuts down; long polls answer at once.
+    shutting_down: tokio::sync::watch::Receiver<bool>,
+    /// Times a waiting fetch was woken by one of its partitions (metrics; tests check who wakes whom).
+    delayed_fetch_wakeups: AtomicU64,
+}
+
+/// The settings a partition applies itself, from its topic's overrides and the broker's defaults.
+pub(crate) fn partition_config(
+    configs: &BTreeMap<String, String>,
+    broker: &BrokerConfig,
+) -> PartitionConfig {
+    PartitionConfig {
+        durable: topic_config::durable_acks(configs, broker),
+        log_append_time: topic_config::log_append_time(configs, broker),
+        min_insync_replicas: topic_config::effective("min.insync.replicas", configs, broker)
+            .0
+            .parse()
+            .unwrap_or(1),
+    }
+}
+
+impl ReplicaManager {
+    /// Opens every registered partition's log and makes this broker its leader at epoch 0 with ISR = {self}
+    /// (single node; the cluster code will call [`Partition::make_leader`]/[`Partition::make_follower`] from
+    /// the metadata instead).
+    pub fn open(
+        config: &BrokerConfig,
+        shutting_down: tokio::sync::watch::Receiver<bool>,
+    ) -> anyhow::Result<ReplicaManager> {
+        let (log_manager, opened) = LogManager::open(config)?;
+        let manager = ReplicaManager {
+            local_broker_id: config.node_id,
+            config: config.clone(),
+            log_manager,
+            partitions: RwLock::new(HashMap::new()),
+            admin: Mutex::new(()),
+            shutting_down,
+            delayed_fetch_wakeups: AtomicU64::new(0),
+        };
+        for logs in opened {
+            manager.install(logs);
+        }
+        Ok(manager)
+    }
+
+    /// Wraps newly opened logs in partitions this broker leads, and adds them to the map.
+    fn install(&self, opened: OpenedLogs) {
+        let OpenedLogs {
+            topic,
+            first_index,
+            logs,
+        } = opened;
+        let config = partition_config(&topic.configs, &self.config);
+        let mut map = self.partitions.write();
+        let parts = map.entry(topic.name.clone()).or_default();
+        assert_eq!(
+            parts.len(),
+            first_index as usize,
+            "partitions of {} are added in index order",
+            topic.name
+        );
+        for (i, log) in logs.into_iter().enumerate() {
+            let index = first_index + i as i32;
+            let p = Partition::new(
+                &topic.name,
+                index,
+                topic.id,
+                self.local_broker_id,
+                log,
+                config,
+            );
+            let me = self.local_broker_id;
+            p.make_leader(0, vec![me], vec![me]);
+            parts.push(Arc::new(p));
+        }
+    }
+
+    /// How many times a long-polling fetch was woken by a partition it waits on (an append, an fsync, a
+    /// leadership change or a delete on that partition), since the broker started.
+    pub fn delayed_fetch_wakeups(&self) -> u64 {
+        self.delayed_fetch_wakeups.load(Ordering::Relaxed)
+    }
+
+    pub fn local_broker_id(&self) -> i32 {
+        self.local_broker_id
+    }
+
+    /// The topic registry and the logs on disk.
+    pub fn log_manager(&self) -> &LogManager {
+        &self.log_manager
+    }
+
+    pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
+        self.log_manager.topic(name)
+    }
+
+    pub fn topic_by_id(&self, id: Uuid) -> Option<Arc<Topic>> {
+        self.log_manager.topic_by_id(id)
+    }
+
+    /// Every topic, by name.
+    pub fn topics(&self) -> Vec<Arc<Topic>> {
+        self.log_manager.topics()
+    }
+
+    /// The partition, if this broker holds it.
+    pub fn partition(&self, topic: &str, index: i32) -> Option<Arc<Partition>> {
+        let map = self.partitions.read();
+        let parts = map.get(topic)?;
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| parts.get(i).cloned())
+    }
+
+    /// The partition, or UNKNOWN_TOPIC_OR_PARTITION.
+    pub fn partition_or_error(
+        &self,
+        topic: &str,
+        index: i32,
+    ) -> Result<Arc<Partition>, PartitionError> {
+        self.partition(topic, index)
+            .ok_or_else(|| PartitionError::UnknownTopicOrPartition {
+                topic: topic.to_string(),
+                partition: index,
+            })
+    }
+
+    /// A topic's partitions this broker holds, by index.
+    pub fn partitions_of(&self, topic: &str) -> Vec<Arc<Partition>> {
+        self.partitions
+            .read()
+            .get(topic)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Every partition this broker holds.
+    pub fn all_partitions(&self) -> Vec<Arc<Partition>> {
+        self.partitions.read().values().flatten().cloned().collect()
+    }
+
+    /// Creates a topic (registry, logs, partitions led by this broker). `Ok(None)` if it exists. Blocking.
+    pub fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        configs: BTreeMap<String, String>,
+    ) -> anyhow::Result<Option<Arc<Topic>>> {
+        let _admin = self.admin.lock();
+        let Some(opened) = self.log_manager.create_topic(name, partitions, configs)? else {
+            return Ok(None);
+        };
+        let topic = opened.topic.clone();
+        self.install(opened);
+        Ok(Some(topic))
+    }
+
+    /// Grows a topic to `count` partitions. Blocking.
+    pub fn create_partitions(&self, name: &str, count: i32) -> anyhow::Result<()> {
+        let _admin = self.admin.lock();
+        let opened = self.log_manager.add_partitions(name, count)?;
+        self.install(opened);
+        Ok(())
+    }
+
+    /// Replaces a topic's config overrides and applies them to its partitions. Blocking.
+    pub fn alter_topic_configs(
+        &self,
+        name: &str,
+        configs: BTreeMap<String, String>,
+    ) -> anyhow::Result<()> {
+        let _admin = self.admin.lock();
+        let topic = self.log_manager.set_configs(name, configs)?;
+        let log_config = topic_config::log_config(&topic.configs, &self.config);
+        let config = partition_config(&topic.configs, &self.config);
+        for p in self.partitions_of(name) {
+            p.set_config(log_config.clone(), config);
+        }
+        Ok(())
+    }
+
+    /// Deletes a topic and its data; returns its id, or `None` if it did not exist. Blocking.
+    pub fn delete_topic(&self, name: &str) -> anyhow::Result<Option<Uuid>> {
+        let _admin = self.admin.lock();
+        let Some(topic) = self.log_manager.delete_topic(name)? else {
+            return Ok(None);
+        };
+        let parts = self.partitions.write().remove(name).unwrap_or_default();
+        for p in parts {
+            // Long polls on it answer now (with UNKNOWN_TOPIC_OR_PARTITION at their next look).
+            p.high_watermark_moved();
+            let index = p.index();
+            let log = Arc::try_unwrap(p).ok().and_then(Partition::into_log);
+            self.log_manager.remove_partition_data(name, index, log);
+        }
+        Ok(Some(topic.id))
+    }
+
+    /// Produce: appends each entry to its partition's leader log, off the async workers, and answers in entry
+    /// order. acks=0 and acks=1 answer after the append; durable partitions (`flush.messages=1`) answer after the
+    /// group-commit fsync (for acks=0 the fsync still runs, unawaited). `timeout` bounds waits for other replicas
+    /// (replication; none on a single node); local fsyncs are not timed out.
+    pub async fn append_records(
+        &self,
+        timeout: Duration,
+        required_acks: i16,
+        entries: Vec<AppendEntry>,
+    ) -> Vec<Result<AppendInfo, PartitionError>> {
+        let _ = timeout;
+        let work: Vec<Result<(Arc<Partition>, Bytes), PartitionError>> = entries
+            .into_iter()
+            .map(|e| {
+                if !(-1..=1).contains(&required_acks) {
+                    return Err(PartitionError::InvalidRequiredAcks(required_acks));
+                }
+                let part = self.partition_or_error(&e.topic, e.partition)?;
+                let records = e.records.ok_or(PartitionError::NullRecords)?;
+                Ok((part, records))
+            })
+            .collect();
+        let now = crate::now_ms();
+        let appended = crate::blocking(move || {
+            work.into_iter()
+                .map(|w| {
+                    let (part, records) = w?;
+                    let mut batches = records.to_vec();
+                    let appended = part.append_records_to_leader(&mut batches, required_acks, now);
+                    if let Err(e) = &appended {
+                        if e.is_storage() {
+                            tracing::error!(partition = %part.name(), error = %e, "append failed");
+                        }
+                    }
+                    appended.map(|a| (part, a))
+                })
+                .collect::<Vec<_>>()
+        })
+        .await;
+        let mut out = Vec::with_capacity(appended.len());
+        for result in appended {
+            let outcome = match result {
+                Err(e) => Err(e),
+                Ok((_, a)) if a.durable.is_none() => Ok(a.info),
+                Ok((part, a)) => {
+                    let (info, wait) = (a.info, a.durable.expect("checked above"));
+                    if required_acks == 0 {
+                        // Nobody waits for the answer, but flush.messages=1 still asks for the fsync: let it run.
+                        tokio::spawn(async move {
+                            match wait.await {
+                                Ok(()) => part.high_watermark_moved(),
+                                Err(e) => {
+                                    tracing::error!(partition = %part.name(), error = %e, "fsync after an acks=0 produce failed")
+                                }
+                            }
+                        });
+                        Ok(info)
+                    } else {
+                        match wait.await {
+                            Ok(()) => {
+                                part.high_watermark_moved();
+                                Ok(info)
+                            }
+                            Err(source) => {
+                                tracing::error!(partition = %part.name(), error = %source, "durable produce failed");
+                                Err(PartitionError::Durable {
+                                    partition: part.name(),
+                                    source,
+                                })
+                            }
+                        }
+                    }
+                }
+            };
+            out.push(outcome);
+        }
+        out
+    }
+
+    /// Fetch: reads every partition; answers when `min_bytes` are there, a partition failed, `max_wait` passed
+    /// or the broker is shutting down. Meanwhile the fetch waits on the partitions it reads, and only their
+    /// high-watermark moves wake it.
+    pub async fn fetch_messages(
+        &self,
+        params: FetchParams,
+        partitions: Vec<FetchPartition>,
+    ) -> Vec<FetchPartitionResult> {
+        let deadline = tokio::time::Instant::now() + params.max_wait;
+        let mut failed_early = false;
+        let mut plan = Vec::new();
+        // Position in the request -> its error, for partitions that failed before any read.
+        let mut early: Vec<Option<PartitionError>> = Vec::with_capacity(partitions.len());
+        for p in partitions {
+            match p.target {
+                Ok(part) => {
+                    plan.push(Planned {
+                        part,
+                        offset: p.fetch_offset,
+                        current_leader_epoch: p.current_leader_epoch,
+                        max_bytes: p.max_bytes,
+                    });
+                    early.push(None);
+                }
+                Err(e) => {
+                    failed_early = true;
+                    early.push(Some(e));
+                }
+            }
+        }
+        let plan = Arc::new(plan);
+        let watching = Watching::new(plan.clone());
+        let mut shutting_down = self.shutting_down.clone();
+        let read = loop {
+            // Watch before reading, so an append between the read and the wait still wakes us.
+            let can_wait = watching.watch_all();
+            let p = plan.clone();
+            let max_bytes = params.max_bytes;
+            // Index lookups (and page faults on them) run off the async workers.
+            let pass = crate::blocking(move || read_pass(&p, max_bytes)).await;
+            let now = tokio::time::Instant::now();
+            if failed_early
+                || pass.total >= params.min_bytes
+                || pass.failed
+                || !can_wait
+                || now >= deadline
+                || *shutting_down.borrow()
+            {
+                break pass.results;
+            }
+            tokio::select! {
+                _ = watching.waiter.notified() => {
+                    self.delayed_fetch_wakeups.fetch_add(1, Ordering::Relaxed);
+                }
+                _ = tokio::time::sleep_until(deadline) => {}
+                _ = shutting_down.changed() => {}
+            }
+        };
+        drop(watching);
+        let mut read = read.into_iter();
+        early
+            .into_iter()
+            .map(|e| match e {
+                Some(e) => FetchPartitionResult {
+                    high_watermark: -1,
+                    log_start_offset: -1,
+                    records: Err(e),
+                },
+                None => read.next().expect("one read result per planned partition"),
+            })
+            .collect()
+    }
+
+    /// Housekeeping: fsyncs partitions whose `flush.ms` is due. Blocking.
+    pub fn flush_due(&self, now_ms: i64) {
+        for p in self.all_partitions() {
+            if let Err(e) = p.flush_if_due(now_ms) {
+                tracing::warn!(partition = %p.name(), error = %e, "flush failed");
+            }
+        }
+    }
+
+    /// Housekeeping: applies retention to every partition. Blocking.
+    pub fn apply_retention(&self, now_ms: i64) {
+        for p in self.all_partitions() {
+            match p.apply_retention(now_ms) {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::info!(partition = %p.name(), segments = n, "retention deleted segments")
+                }
+                Err(e) => tracing::warn!(partition = %p.name(), error = %e, "retention failed"),
+            }
+        }
+    }
+
+    /// Closes every log cleanly (marks clean shutdown); partitions still referenced elsewhere are flushed only.
+    /// Blocking.
+    pub fn close_all(&self) {
+        let map = std::mem::take(&mut *self.partitions.write());
+        for p in map.into_values().flatten() {
+            if let Err(e) = p.flush() {
+                tracing::error!(partition = %p.name(), error = %e, "flush at shutdown failed");
+            }
+            let name = p.name();
+            match Arc::try_unwrap(p).ok().and_then(Partition::into_log) {
+                Some(log) => {
+                    if let Err(e) = log.close() {
+                        tracing::error!(partition = %name, error = %e, "clean close failed");
+                    }
+                }
+                None => {
+                    tracing::warn!(partition = %name, "partition still in use at shutdown; flushed but not marked clean")
+                }
+            }
+        }
+    }
+}
+
+struct Planned {
+    part: Arc<Partition>,
+    offset: i64,
+    current_leader_epoch: i32,
+    max_bytes: i32,
+}
+
+struct Pass {
+    results: Vec<FetchPartitionResult>,
+    total: usize,
+    failed: bool,
+}
+
+/// One read of every planned partition. The first partition with data returns at least one whole batch even
+/// past the limits (KIP-74, so a large batch never blocks a consumer); later partitions stop at the limits.
+fn read_pass(plan: &[Planned], max_bytes: usize) -> Pass {
+    let mut total = 0usize;
+    let mut failed = false;
+    let mut results = Vec::with_capacity(plan.len());
+    for p in plan {
+        let budget = (p.max_bytes.max(0) as usize).min(max_bytes.saturating_sub(total));
+        let first = total == 0;
+        let result = match p.part.read(p.current_leader_epoch, p.offset, budget) {
+            Err(e) => FetchPartitionResult {
+                high_watermark: -1,
+                log_start_offset: -1,
+                records: Err(e),
+            },
+            Ok(read) => FetchPartitionResult {
+                high_watermark: read.high_watermark,
+                log_start_offset: read.log_start_offset,
+                records: read.records.map(|slice| {
+                    slice.filter(|s| first || s.len() <= budget).inspect(|s| {
+                        total += s.len();
+                    })
+                }),
+            },
+        };
+        if let Err(e) = &result.records {
+            // OFFSET_OUT_OF_RANGE lets clients apply auto.offset.reset; a storage error is worth a line.
+            let out_of_range = matches!(
+                e,
+                PartitionError::Log {
+                    source: LogError::OffsetOutOfRange { .. },
+                    ..
+                }
+            );
+            if e.is_storage() && !out_of_range {
+                tracing::warn!(partition = %p.part.name(), error = %e, "fetch read failed");
+            }
+            failed = true;
+        }
+        results.push(result);
+    }
+    Pass {
+        results,
+        total,
+        failed,
+    }
+}
+
+/// A fetch's registration with the partitions it waits on; dropping it (the fetch answered, or its connection
+/// went away mid-wait) unregisters, so no partition keeps stale waiters.
+struct Watching {
+    plan: Arc<Vec<Planned>>,
+    waiter: Arc<Notify>,
+}
+
+impl Watching {
+    fn new(plan: Arc<Vec<Planned>>) -> Watching {
+        Watching {
+            plan,
+            waiter: Arc::new(Notify::new()),
+        }
+    }
+
+    /// Registers with every partition; false if one had no room (then the fetch must not wait).
+    fn watch_all(&self) -> bool {
+        self.plan
+            .iter()
+            .all(|p| p.part.watchers().watch(&self.waiter))
+    }
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        for p in self.plan.iter() {
+            p.part.watchers().unwatch(&self.waiter);
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! Replicas of partitions, in Kafka's broker shape: [`ReplicaManager`] owns produce (`append_records`) and fetch
+//! (`fetch_messages`, with long polls parked per partition in [`delayed_fetch`]) and the map of partitions;
+//! [`Partition`] owns the leader epoch, replicas, ISR, high watermark and the only lock on its `Log`.
+//!
+//! Locking order: a partition's state lock, then its log lock; never the reverse. Neither is held across an
+//! `await`; blocking engine calls run off the async workers.
+
+mod delayed_fetch;
+mod error;
+mod manager;
+mod partition;
+
+pub use error::PartitionError;
+pub use manager::{AppendEntry, FetchParams, FetchPartition, FetchPartitionResult, ReplicaManager};
+pub use partition::{
+    durable_sync_count, high_watermark, LeaderAppend, OffsetAndEpoch, OffsetSpec, Partition,
+    PartitionConfig, PartitionRead,
+};
