@@ -3,24 +3,28 @@
 use std::time::Instant;
 
 use kafka_protocol::messages::{
-    AllocateProducerIdsRequest, AllocateProducerIdsResponse, BrokerHeartbeatRequest, BrokerHeartbeatResponse,
-    BrokerRegistrationRequest, BrokerRegistrationResponse, ProducerId,
+    AllocateProducerIdsRequest, AllocateProducerIdsResponse, BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse, BrokerRegistrationRequest, BrokerRegistrationResponse, ProducerId,
 };
 
 use super::errors::{
-    DUPLICATE_BROKER_REGISTRATION, INCONSISTENT_CLUSTER_ID, NONE, STALE_BROKER_EPOCH, UNKNOWN_SERVER_ERROR,
+    DUPLICATE_BROKER_REGISTRATION, INCONSISTENT_CLUSTER_ID, NONE, STALE_BROKER_EPOCH,
+    UNKNOWN_SERVER_ERROR,
 };
 use super::{election, Controller, Lease, State, WriteError};
 use crate::image::MetadataImage;
 use crate::records::{
-    BrokerEndpoint, BrokerFeature, BrokerRegistrationChangeRecord, FenceBrokerRecord, MetadataRecord,
-    ProducerIdsRecord, RegisterBrokerRecord, UnfenceBrokerRecord,
+    BrokerEndpoint, BrokerFeature, BrokerRegistrationChangeRecord, FenceBrokerRecord,
+    MetadataRecord, ProducerIdsRecord, RegisterBrokerRecord, UnfenceBrokerRecord,
 };
 
 /// The records that fence `broker` (epoch `epoch`) and move its partitions: FenceBrokerRecord, then one
 /// PartitionChangeRecord per partition it led or was in sync for.
 fn fence_records(image: &MetadataImage, broker: i32, epoch: i64) -> Vec<MetadataRecord> {
-    let mut records = vec![MetadataRecord::FenceBroker(FenceBrokerRecord { id: broker, epoch })];
+    let mut records = vec![MetadataRecord::FenceBroker(FenceBrokerRecord {
+        id: broker,
+        epoch,
+    })];
     records.extend(
         election::move_off_broker(image, broker)
             .into_iter()
@@ -31,7 +35,11 @@ fn fence_records(image: &MetadataImage, broker: i32, epoch: i64) -> Vec<Metadata
 
 impl Controller {
     /// BrokerRegistration (62).
-    pub async fn register_broker(&self, req: BrokerRegistrationRequest, now: Instant) -> BrokerRegistrationResponse {
+    pub async fn register_broker(
+        &self,
+        req: BrokerRegistrationRequest,
+        now: Instant,
+    ) -> BrokerRegistrationResponse {
         let mut state = self.state.lock().await;
         let image = self.writer.image();
         let id = req.broker_id.0;
@@ -113,7 +121,11 @@ impl Controller {
     }
 
     /// BrokerHeartbeat (63).
-    pub async fn broker_heartbeat(&self, req: BrokerHeartbeatRequest, now: Instant) -> BrokerHeartbeatResponse {
+    pub async fn broker_heartbeat(
+        &self,
+        req: BrokerHeartbeatRequest,
+        now: Instant,
+    ) -> BrokerHeartbeatResponse {
         let mut state = self.state.lock().await;
         let image = self.writer.image();
         let id = req.broker_id.0;
@@ -129,17 +141,20 @@ impl Controller {
             registration_offset: image.last_applied_offset.unwrap_or(0),
         });
         lease.deadline = now + self.config.session_timeout;
-        let caught_up = u64::try_from(req.current_metadata_offset).is_ok_and(|o| o >= lease.registration_offset);
+        let caught_up = u64::try_from(req.current_metadata_offset)
+            .is_ok_and(|o| o >= lease.registration_offset);
 
         let mut records = Vec::new();
         if req.want_shut_down && !broker.in_controlled_shutdown {
-            records.push(MetadataRecord::BrokerRegistrationChange(BrokerRegistrationChangeRecord {
-                broker_id: id,
-                broker_epoch: broker.epoch,
-                fenced: 0,
-                in_controlled_shutdown: 1,
-                log_dirs: Vec::new(),
-            }));
+            records.push(MetadataRecord::BrokerRegistrationChange(
+                BrokerRegistrationChangeRecord {
+                    broker_id: id,
+                    broker_epoch: broker.epoch,
+                    fenced: 0,
+                    in_controlled_shutdown: 1,
+                    log_dirs: Vec::new(),
+                },
+            ));
             records.extend(
                 election::move_off_broker(&image, id)
                     .into_iter()
@@ -148,7 +163,10 @@ impl Controller {
         } else if req.want_fence && !broker.fenced {
             records.extend(fence_records(&image, id, broker.epoch));
         } else if broker.fenced && caught_up && !req.want_fence && !req.want_shut_down {
-            records.push(MetadataRecord::UnfenceBroker(UnfenceBrokerRecord { id, epoch: broker.epoch }));
+            records.push(MetadataRecord::UnfenceBroker(UnfenceBrokerRecord {
+                id,
+                epoch: broker.epoch,
+            }));
             records.extend(
                 election::elect_offline_with(&image, id)
                     .into_iter()
@@ -214,16 +232,25 @@ impl Controller {
 
     /// AllocateProducerIds (67): the next block of `producer_id_block_size` ids, recorded before it is handed out
     /// so no two brokers (nor one broker twice) ever get overlapping blocks.
-    pub async fn allocate_producer_ids(&self, req: AllocateProducerIdsRequest) -> AllocateProducerIdsResponse {
+    pub async fn allocate_producer_ids(
+        &self,
+        req: AllocateProducerIdsRequest,
+    ) -> AllocateProducerIdsResponse {
         let _state = self.state.lock().await;
         let image = self.writer.image();
         let id = req.broker_id.0;
-        if image.broker(id).map_or(true, |b| b.epoch != req.broker_epoch) {
+        if image
+            .broker(id)
+            .map_or(true, |b| b.epoch != req.broker_epoch)
+        {
             return AllocateProducerIdsResponse::default().with_error_code(STALE_BROKER_EPOCH);
         }
         let start = image.next_producer_id;
         let len = self.config.producer_id_block_size;
-        assert!(len > 0 && len <= i64::from(i32::MAX), "producer id block size is a positive i32");
+        assert!(
+            len > 0 && len <= i64::from(i32::MAX),
+            "producer id block size is a positive i32"
+        );
         let Some(next) = start.checked_add(len) else {
             tracing::error!("producer ids exhausted");
             return AllocateProducerIdsResponse::default().with_error_code(UNKNOWN_SERVER_ERROR);

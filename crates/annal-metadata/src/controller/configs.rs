@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use kafka_protocol::messages::{
-    alter_configs_response, incremental_alter_configs_response, AlterConfigsRequest, AlterConfigsResponse,
-    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+    alter_configs_response, incremental_alter_configs_response, AlterConfigsRequest,
+    AlterConfigsResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -48,10 +48,14 @@ pub fn default_topic_config_validator(name: &str, value: &str) -> Result<String,
     if !KNOWN_TOPIC_CONFIGS.contains(&name) {
         return Err(format!("unknown topic config '{name}'"));
     }
-    let numeric = name.ends_with(".ms") || name.ends_with(".bytes") || name.ends_with(".messages")
+    let numeric = name.ends_with(".ms")
+        || name.ends_with(".bytes")
+        || name.ends_with(".messages")
         || name == "min.insync.replicas";
     if numeric && value.trim().parse::<i64>().is_err() {
-        return Err(format!("topic config '{name}' must be an integer, not '{value}'"));
+        return Err(format!(
+            "topic config '{name}' must be an integer, not '{value}'"
+        ));
     }
     if name == "min.insync.replicas" && value.trim().parse::<i64>().is_ok_and(|v| v < 1) {
         return Err("min.insync.replicas must be at least 1".into());
@@ -81,7 +85,12 @@ fn msg(s: impl Into<String>) -> Option<StrBytes> {
 
 impl Controller {
     /// Checks a resource exists and is one configs may be set on.
-    fn config_resource(&self, image: &MetadataImage, resource_type: i8, name: &str) -> Result<ConfigResource, ApiError> {
+    fn config_resource(
+        &self,
+        image: &MetadataImage,
+        resource_type: i8,
+        name: &str,
+    ) -> Result<ConfigResource, ApiError> {
         match ConfigResourceType::from_id(resource_type) {
             Some(ConfigResourceType::Topic) => {
                 if image.topic_by_name(name).is_none() {
@@ -111,7 +120,12 @@ impl Controller {
         }
     }
 
-    fn validate(&self, resource: &ConfigResource, name: &str, value: &str) -> Result<String, ApiError> {
+    fn validate(
+        &self,
+        resource: &ConfigResource,
+        name: &str,
+        value: &str,
+    ) -> Result<String, ApiError> {
         let validator = match resource.resource_type {
             ConfigResourceType::Topic => self.config.topic_config_validator,
             _ => self.config.broker_config_validator,
@@ -127,7 +141,10 @@ impl Controller {
     ) -> Result<Vec<MetadataRecord>, ApiError> {
         let resource = self.config_resource(image, r.resource_type, r.resource_name.as_str())?;
         if r.configs.len() > CONFIGS_PER_RESOURCE_MAX {
-            return Err(ApiError::new(INVALID_REQUEST, format!("more than {CONFIGS_PER_RESOURCE_MAX} configs")));
+            return Err(ApiError::new(
+                INVALID_REQUEST,
+                format!("more than {CONFIGS_PER_RESOURCE_MAX} configs"),
+            ));
         }
         let current = image.configs.get(&resource).cloned().unwrap_or_default();
         let mut out = Vec::new();
@@ -135,11 +152,16 @@ impl Controller {
         for c in &r.configs {
             let name = c.name.as_str();
             if !seen.insert(name) {
-                return Err(ApiError::new(INVALID_REQUEST, format!("config '{name}' appears more than once")));
+                return Err(ApiError::new(
+                    INVALID_REQUEST,
+                    format!("config '{name}' appears more than once"),
+                ));
             }
             let value = match c.config_operation {
                 OP_SET => {
-                    let v = c.value.as_ref().ok_or_else(|| ApiError::new(INVALID_CONFIG, format!("SET of '{name}' has no value")))?;
+                    let v = c.value.as_ref().ok_or_else(|| {
+                        ApiError::new(INVALID_CONFIG, format!("SET of '{name}' has no value"))
+                    })?;
                     Some(self.validate(&resource, name, v.as_str())?)
                 }
                 OP_DELETE => None,
@@ -147,7 +169,12 @@ impl Controller {
                     let v = c.value.as_ref().map(|v| v.as_str()).unwrap_or("");
                     let mut items: Vec<String> = current
                         .get(name)
-                        .map(|s| s.split(',').filter(|x| !x.is_empty()).map(str::to_string).collect())
+                        .map(|s| {
+                            s.split(',')
+                                .filter(|x| !x.is_empty())
+                                .map(str::to_string)
+                                .collect()
+                        })
                         .unwrap_or_default();
                     for item in v.split(',').filter(|x| !x.is_empty()) {
                         if c.config_operation == OP_APPEND {
@@ -161,7 +188,10 @@ impl Controller {
                     Some(self.validate(&resource, name, &items.join(","))?)
                 }
                 other => {
-                    return Err(ApiError::new(INVALID_REQUEST, format!("config operation {other} is unknown")));
+                    return Err(ApiError::new(
+                        INVALID_REQUEST,
+                        format!("config operation {other} is unknown"),
+                    ));
                 }
             };
             out.push(config_record(&resource, name, value));
@@ -170,18 +200,26 @@ impl Controller {
     }
 
     /// IncrementalAlterConfigs (44).
-    pub async fn incremental_alter_configs(&self, req: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse {
+    pub async fn incremental_alter_configs(
+        &self,
+        req: IncrementalAlterConfigsRequest,
+    ) -> IncrementalAlterConfigsResponse {
         let _state = self.state.lock().await;
         let image = self.writer.image();
         let mut responses = Vec::new();
         let mut records = Vec::new();
         let mut written = Vec::new();
         for r in &req.resources {
-            let mut resp = incremental_alter_configs_response::AlterConfigsResourceResponse::default()
-                .with_resource_type(r.resource_type)
-                .with_resource_name(r.resource_name.clone());
+            let mut resp =
+                incremental_alter_configs_response::AlterConfigsResourceResponse::default()
+                    .with_resource_type(r.resource_type)
+                    .with_resource_name(r.resource_name.clone());
             match self.plan_incremental(&image, r) {
-                Err(e) => resp = resp.with_error_code(e.code).with_error_message(msg(e.message)),
+                Err(e) => {
+                    resp = resp
+                        .with_error_code(e.code)
+                        .with_error_message(msg(e.message))
+                }
                 Ok(recs) => {
                     if !req.validate_only {
                         records.extend(recs);
@@ -194,7 +232,9 @@ impl Controller {
         if let Some(e) = self.write_if_any(records).await {
             for i in written {
                 let r = std::mem::take(&mut responses[i]);
-                responses[i] = r.with_error_code(e.code()).with_error_message(msg(e.to_string()));
+                responses[i] = r
+                    .with_error_code(e.code())
+                    .with_error_message(msg(e.to_string()));
             }
         }
         IncrementalAlterConfigsResponse::default().with_responses(responses)
@@ -212,15 +252,24 @@ impl Controller {
                 .with_resource_type(r.resource_type)
                 .with_resource_name(r.resource_name.clone());
             let plan = (|| {
-                let resource = self.config_resource(&image, r.resource_type, r.resource_name.as_str())?;
+                let resource =
+                    self.config_resource(&image, r.resource_type, r.resource_name.as_str())?;
                 if r.configs.len() > CONFIGS_PER_RESOURCE_MAX {
-                    return Err(ApiError::new(INVALID_REQUEST, format!("more than {CONFIGS_PER_RESOURCE_MAX} configs")));
+                    return Err(ApiError::new(
+                        INVALID_REQUEST,
+                        format!("more than {CONFIGS_PER_RESOURCE_MAX} configs"),
+                    ));
                 }
                 let mut new: BTreeMap<String, String> = BTreeMap::new();
                 for c in &r.configs {
                     let name = c.name.as_str();
-                    let v = c.value.as_ref().ok_or_else(|| ApiError::new(INVALID_CONFIG, format!("'{name}' has no value")))?;
-                    new.insert(name.to_string(), self.validate(&resource, name, v.as_str())?);
+                    let v = c.value.as_ref().ok_or_else(|| {
+                        ApiError::new(INVALID_CONFIG, format!("'{name}' has no value"))
+                    })?;
+                    new.insert(
+                        name.to_string(),
+                        self.validate(&resource, name, v.as_str())?,
+                    );
                 }
                 let current = image.configs.get(&resource).cloned().unwrap_or_default();
                 let mut recs: Vec<MetadataRecord> = current
@@ -228,11 +277,18 @@ impl Controller {
                     .filter(|k| !new.contains_key(*k))
                     .map(|k| config_record(&resource, k, None))
                     .collect();
-                recs.extend(new.into_iter().map(|(k, v)| config_record(&resource, &k, Some(v))));
+                recs.extend(
+                    new.into_iter()
+                        .map(|(k, v)| config_record(&resource, &k, Some(v))),
+                );
                 Ok(recs)
             })();
             match plan {
-                Err(e) => resp = resp.with_error_code(e.code).with_error_message(msg(e.message)),
+                Err(e) => {
+                    resp = resp
+                        .with_error_code(e.code)
+                        .with_error_message(msg(e.message))
+                }
                 Ok(recs) => {
                     if !req.validate_only {
                         records.extend(recs);
@@ -245,7 +301,9 @@ impl Controller {
         if let Some(e) = self.write_if_any(records).await {
             for i in written {
                 let r = std::mem::take(&mut responses[i]);
-                responses[i] = r.with_error_code(e.code()).with_error_message(msg(e.to_string()));
+                responses[i] = r
+                    .with_error_code(e.code())
+                    .with_error_message(msg(e.to_string()));
             }
         }
         AlterConfigsResponse::default().with_responses(responses)

@@ -12,7 +12,11 @@ use crate::image::{MetadataImage, PartitionState};
 use crate::records::{PartitionChangeRecord, NO_LEADER};
 
 /// The first replica, in preference order, that is in the ISR and acceptable; `None` if none is.
-pub fn elect_leader(partition: &PartitionState, isr: &[i32], acceptable: impl Fn(i32) -> bool) -> Option<i32> {
+pub fn elect_leader(
+    partition: &PartitionState,
+    isr: &[i32],
+    acceptable: impl Fn(i32) -> bool,
+) -> Option<i32> {
     partition
         .replicas
         .iter()
@@ -22,7 +26,11 @@ pub fn elect_leader(partition: &PartitionState, isr: &[i32], acceptable: impl Fn
 
 /// Brokers that may lead or join an ISR once `leaving` is gone: usable in `image`, minus `leaving`.
 fn acceptable_without(image: &MetadataImage, leaving: i32) -> BTreeSet<i32> {
-    image.usable_brokers().map(|b| b.id).filter(|id| *id != leaving).collect()
+    image
+        .usable_brokers()
+        .map(|b| b.id)
+        .filter(|id| *id != leaving)
+        .collect()
 }
 
 /// Changes that take `broker` out of every ISR it can leave (all but those where it is the last member) and
@@ -43,7 +51,8 @@ pub fn move_off_broker(image: &MetadataImage, broker: i32) -> Vec<PartitionChang
             }
             let mut change = PartitionChangeRecord::new(topic.id, *index);
             if p.leader == broker {
-                let leader = elect_leader(p, &isr, |r| acceptable.contains(&r)).unwrap_or(NO_LEADER);
+                let leader =
+                    elect_leader(p, &isr, |r| acceptable.contains(&r)).unwrap_or(NO_LEADER);
                 change.leader = leader;
             } else if p.leader != NO_LEADER && !isr.contains(&p.leader) {
                 unreachable!("a leader stays in the ISR when another member leaves");

@@ -28,8 +28,9 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{
-    AllocateProducerIdsRequest, AlterConfigsRequest, BrokerHeartbeatRequest, BrokerRegistrationRequest,
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, IncrementalAlterConfigsRequest,
+    AllocateProducerIdsRequest, AlterConfigsRequest, BrokerHeartbeatRequest,
+    BrokerRegistrationRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
+    IncrementalAlterConfigsRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, Message};
 use rand::rngs::StdRng;
@@ -196,15 +197,21 @@ impl Controller {
             19 => run!(CreateTopicsRequest, |r| self.create_topics(r)),
             20 => run!(DeleteTopicsRequest, |r| self.delete_topics(r)),
             37 => run!(CreatePartitionsRequest, |r| self.create_partitions(r)),
-            44 => run!(IncrementalAlterConfigsRequest, |r| self.incremental_alter_configs(r)),
+            44 => run!(IncrementalAlterConfigsRequest, |r| self
+                .incremental_alter_configs(r)),
             33 => run!(AlterConfigsRequest, |r| self.alter_configs(r)),
-            67 => run!(AllocateProducerIdsRequest, |r| self.allocate_producer_ids(r)),
+            67 => run!(AllocateProducerIdsRequest, |r| self
+                .allocate_producer_ids(r)),
             other => Err(HandleError::UnsupportedApi(other)),
         }
     }
 }
 
-fn decode<T: Decodable + Message>(api_key: i16, version: i16, body: Bytes) -> Result<T, HandleError> {
+fn decode<T: Decodable + Message>(
+    api_key: i16,
+    version: i16,
+    body: Bytes,
+) -> Result<T, HandleError> {
     if version < T::VERSIONS.min || version > T::VERSIONS.max {
         return Err(HandleError::UnsupportedVersion {
             api_key,
@@ -224,7 +231,8 @@ fn encode<T: Encodable>(resp: &T, version: i16) -> Result<Bytes, HandleError> {
     let mut out = BytesMut::new();
     // A response built by the controller for a version the request decoded at always encodes; a failure here
     // would be a field the version cannot carry, i.e. a bug.
-    resp.encode(&mut out, version)
-        .unwrap_or_else(|e| panic!("controller response does not encode at version {version}: {e}"));
+    resp.encode(&mut out, version).unwrap_or_else(|e| {
+        panic!("controller response does not encode at version {version}: {e}")
+    });
     Ok(out.freeze())
 }

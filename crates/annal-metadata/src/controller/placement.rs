@@ -14,7 +14,10 @@ pub enum PlacementError {
         "Unable to replicate the partition {replication_factor} time(s): the target replication factor of \
          {replication_factor} cannot be reached because only {brokers} broker(s) are registered and unfenced"
     )]
-    NotEnoughBrokers { replication_factor: usize, brokers: usize },
+    NotEnoughBrokers {
+        replication_factor: usize,
+        brokers: usize,
+    },
 }
 
 /// Places `partitions` partitions of `replication_factor` replicas on `brokers` (id, rack), numbering from
@@ -26,7 +29,10 @@ pub fn place_replicas(
     first_partition: usize,
     rng: &mut impl Rng,
 ) -> Result<Vec<Vec<i32>>, PlacementError> {
-    assert!(replication_factor >= 1, "callers check the replication factor first");
+    assert!(
+        replication_factor >= 1,
+        "callers check the replication factor first"
+    );
     if replication_factor > brokers.len() {
         return Err(PlacementError::NotEnoughBrokers {
             replication_factor,

@@ -18,7 +18,8 @@ use super::placement::place_replicas;
 use super::{Controller, State};
 use crate::image::MetadataImage;
 use crate::records::{
-    ConfigRecord, ConfigResourceType, MetadataRecord, PartitionRecord, RemoveTopicRecord, TopicRecord,
+    ConfigRecord, ConfigResourceType, MetadataRecord, PartitionRecord, RemoveTopicRecord,
+    TopicRecord,
 };
 
 /// Most partitions one topic may have (bounds the records one request can produce).
@@ -42,7 +43,10 @@ pub fn invalid_topic_name(name: &str) -> Option<String> {
         return Some(format!("topic name '{name}' is not allowed"));
     }
     if name.len() > 249 {
-        return Some(format!("topic name is {} characters long; the maximum is 249", name.len()));
+        return Some(format!(
+            "topic name is {} characters long; the maximum is 249",
+            name.len()
+        ));
     }
     if let Some(c) = name
         .chars()
@@ -60,7 +64,12 @@ fn msg(s: impl Into<String>) -> Option<StrBytes> {
 }
 
 /// The partitions records for `assignments` (leader = first usable replica, else the first replica offline).
-fn partition_records(image: &MetadataImage, topic_id: Uuid, first: i32, assignments: &[Vec<i32>]) -> Vec<MetadataRecord> {
+fn partition_records(
+    image: &MetadataImage,
+    topic_id: Uuid,
+    first: i32,
+    assignments: &[Vec<i32>],
+) -> Vec<MetadataRecord> {
     assignments
         .iter()
         .enumerate()
@@ -104,12 +113,19 @@ fn check_assignments(image: &MetadataImage, assignments: &[Vec<i32>]) -> Result<
             )));
         }
         if replicas.iter().collect::<BTreeSet<_>>().len() != replicas.len() {
-            return Err(bad(format!("partition {i} names a broker twice: {replicas:?}")));
+            return Err(bad(format!(
+                "partition {i} names a broker twice: {replicas:?}"
+            )));
         }
         if let Some(unknown) = replicas.iter().find(|r| image.broker(**r).is_none()) {
-            return Err(bad(format!("partition {i} names broker {unknown}, which is not registered")));
+            return Err(bad(format!(
+                "partition {i} names broker {unknown}, which is not registered"
+            )));
         }
-        if !replicas.iter().any(|r| image.broker(*r).is_some_and(|b| b.is_usable())) {
+        if !replicas
+            .iter()
+            .any(|r| image.broker(*r).is_some_and(|b| b.is_usable()))
+        {
             return Err(bad(format!(
                 "every broker of partition {i} ({replicas:?}) is fenced or shutting down; it could have no leader"
             )));
@@ -119,7 +135,10 @@ fn check_assignments(image: &MetadataImage, assignments: &[Vec<i32>]) -> Result<
 }
 
 fn usable_brokers(image: &MetadataImage) -> Vec<(i32, Option<String>)> {
-    image.usable_brokers().map(|b| (b.id, b.rack.clone())).collect()
+    image
+        .usable_brokers()
+        .map(|b| (b.id, b.rack.clone()))
+        .collect()
 }
 
 fn rf_error(rf: usize, brokers: usize) -> ApiError {
@@ -152,13 +171,18 @@ impl Controller {
                 .with_num_partitions(-1)
                 .with_replication_factor(-1);
             let outcome = if counts[name] > 1 {
-                Err(ApiError::new(INVALID_REQUEST, format!("topic '{name}' appears more than once in the request")))
+                Err(ApiError::new(
+                    INVALID_REQUEST,
+                    format!("topic '{name}' appears more than once in the request"),
+                ))
             } else {
                 self.plan_topic(&mut state, &image, t)
             };
             match outcome {
                 Err(e) => {
-                    result = result.with_error_code(e.code).with_error_message(msg(e.message));
+                    result = result
+                        .with_error_code(e.code)
+                        .with_error_message(msg(e.message));
                 }
                 Ok((topic_id, partitions, rf, topic_records)) => {
                     result = result
@@ -199,7 +223,10 @@ impl Controller {
             return Err(ApiError::new(INVALID_TOPIC_EXCEPTION, why));
         }
         if image.topic_by_name(name).is_some() {
-            return Err(ApiError::new(TOPIC_ALREADY_EXISTS, format!("Topic '{name}' already exists.")));
+            return Err(ApiError::new(
+                TOPIC_ALREADY_EXISTS,
+                format!("Topic '{name}' already exists."),
+            ));
         }
         let assignments: Vec<Vec<i32>> = if !t.assignments.is_empty() {
             if t.num_partitions != -1 || t.replication_factor != -1 {
@@ -212,7 +239,10 @@ impl Controller {
             if t.assignments.len() > PARTITIONS_PER_TOPIC_MAX as usize {
                 return Err(ApiError::new(
                     INVALID_PARTITIONS,
-                    format!("{} partitions exceed the limit of {PARTITIONS_PER_TOPIC_MAX}", t.assignments.len()),
+                    format!(
+                        "{} partitions exceed the limit of {PARTITIONS_PER_TOPIC_MAX}",
+                        t.assignments.len()
+                    ),
                 ));
             }
             let mut by_index: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
@@ -253,7 +283,9 @@ impl Controller {
             if partitions > PARTITIONS_PER_TOPIC_MAX {
                 return Err(ApiError::new(
                     INVALID_PARTITIONS,
-                    format!("{partitions} partitions exceed the limit of {PARTITIONS_PER_TOPIC_MAX}"),
+                    format!(
+                        "{partitions} partitions exceed the limit of {PARTITIONS_PER_TOPIC_MAX}"
+                    ),
                 ));
             }
             let rf = if t.replication_factor == -1 {
@@ -271,13 +303,22 @@ impl Controller {
             if rf as usize > brokers.len() {
                 return Err(rf_error(rf as usize, brokers.len()));
             }
-            place_replicas(&brokers, partitions as usize, rf as usize, 0, &mut state.rng)
-                .map_err(|_| rf_error(rf as usize, brokers.len()))?
+            place_replicas(
+                &brokers,
+                partitions as usize,
+                rf as usize,
+                0,
+                &mut state.rng,
+            )
+            .map_err(|_| rf_error(rf as usize, brokers.len()))?
         };
         let mut configs = Vec::new();
         for c in &t.configs {
             let Some(value) = c.value.as_ref() else {
-                return Err(ApiError::new(INVALID_CONFIG, format!("config '{}' has a null value", c.name.as_str())));
+                return Err(ApiError::new(
+                    INVALID_CONFIG,
+                    format!("config '{}' has a null value", c.name.as_str()),
+                ));
             };
             let value = (self.config.topic_config_validator)(c.name.as_str(), value.as_str())
                 .map_err(|m| ApiError::new(INVALID_CONFIG, m))?;
@@ -307,7 +348,10 @@ impl Controller {
     }
 
     /// CreatePartitions (37).
-    pub async fn create_partitions(&self, req: CreatePartitionsRequest) -> CreatePartitionsResponse {
+    pub async fn create_partitions(
+        &self,
+        req: CreatePartitionsRequest,
+    ) -> CreatePartitionsResponse {
         let mut state = self.state.lock().await;
         let image = self.writer.image();
         let mut results = Vec::new();
@@ -317,12 +361,19 @@ impl Controller {
         for t in &req.topics {
             let mut result = CreatePartitionsTopicResult::default().with_name(t.name.clone());
             let outcome = if !seen.insert(t.name.as_str()) {
-                Err(ApiError::new(INVALID_REQUEST, "the topic appears more than once in the request"))
+                Err(ApiError::new(
+                    INVALID_REQUEST,
+                    "the topic appears more than once in the request",
+                ))
             } else {
                 self.plan_partitions(&mut state, &image, t)
             };
             match outcome {
-                Err(e) => result = result.with_error_code(e.code).with_error_message(msg(e.message)),
+                Err(e) => {
+                    result = result
+                        .with_error_code(e.code)
+                        .with_error_message(msg(e.message))
+                }
                 Ok(r) => {
                     if !req.validate_only {
                         records.extend(r);
@@ -336,7 +387,9 @@ impl Controller {
             if let Err(e) = self.writer.write(records).await {
                 for i in written {
                     let r = std::mem::take(&mut results[i]);
-                    results[i] = r.with_error_code(e.code()).with_error_message(msg(e.to_string()));
+                    results[i] = r
+                        .with_error_code(e.code())
+                        .with_error_message(msg(e.to_string()));
                 }
             }
         }
@@ -351,7 +404,10 @@ impl Controller {
     ) -> Result<Vec<MetadataRecord>, ApiError> {
         let name = t.name.as_str();
         let topic = image.topic_by_name(name).ok_or_else(|| {
-            ApiError::new(UNKNOWN_TOPIC_OR_PARTITION, format!("topic '{name}' does not exist"))
+            ApiError::new(
+                UNKNOWN_TOPIC_OR_PARTITION,
+                format!("topic '{name}' does not exist"),
+            )
         })?;
         let current = topic.partitions.len() as i32;
         if t.count <= current {
@@ -363,17 +419,29 @@ impl Controller {
         if t.count > PARTITIONS_PER_TOPIC_MAX {
             return Err(ApiError::new(
                 INVALID_PARTITIONS,
-                format!("{} partitions exceed the limit of {PARTITIONS_PER_TOPIC_MAX}", t.count),
+                format!(
+                    "{} partitions exceed the limit of {PARTITIONS_PER_TOPIC_MAX}",
+                    t.count
+                ),
             ));
         }
         let added = (t.count - current) as usize;
-        let rf = topic.partitions.values().next().map_or(1, |p| p.replicas.len());
-        let assignments = match &t.assignments {
+        let rf = topic
+            .partitions
+            .values()
+            .next()
+            .map_or(1, |p| p.replicas.len());
+        // An empty list is what clients (and the message's default) send for "no explicit assignment".
+        let explicit = t.assignments.as_ref().filter(|a| !a.is_empty());
+        let assignments = match explicit {
             Some(assignments) => {
                 if assignments.len() != added {
                     return Err(ApiError::new(
                         INVALID_REPLICA_ASSIGNMENT,
-                        format!("{} assignments were given for {added} new partitions", assignments.len()),
+                        format!(
+                            "{} assignments were given for {added} new partitions",
+                            assignments.len()
+                        ),
                     ));
                 }
                 let assignments: Vec<Vec<i32>> = assignments
@@ -384,7 +452,10 @@ impl Controller {
                 if assignments[0].len() != rf {
                     return Err(ApiError::new(
                         INVALID_REPLICA_ASSIGNMENT,
-                        format!("new partitions have {} replicas; the topic's have {rf}", assignments[0].len()),
+                        format!(
+                            "new partitions have {} replicas; the topic's have {rf}",
+                            assignments[0].len()
+                        ),
                     ));
                 }
                 assignments
@@ -406,26 +477,40 @@ impl Controller {
         let mut records = Vec::new();
         let mut written = Vec::new();
         let mut removed = BTreeSet::new();
-        let by_name = req.topic_names.iter().map(|n| (Some(n.clone()), Uuid::nil()));
+        let by_name = req
+            .topic_names
+            .iter()
+            .map(|n| (Some(n.clone()), Uuid::nil()));
         let by_state = req.topics.iter().map(|t| (t.name.clone(), t.topic_id));
         for (name, id) in by_name.chain(by_state) {
             let found = match &name {
-                Some(n) if id.is_nil() => image
-                    .topic_by_name(n.as_str())
-                    .ok_or_else(|| ApiError::new(UNKNOWN_TOPIC_OR_PARTITION, format!("topic '{}' does not exist", n.as_str()))),
-                _ => image
-                    .topic_by_id(&id)
-                    .ok_or_else(|| ApiError::new(UNKNOWN_TOPIC_ID, format!("no topic has id {id}"))),
+                Some(n) if id.is_nil() => image.topic_by_name(n.as_str()).ok_or_else(|| {
+                    ApiError::new(
+                        UNKNOWN_TOPIC_OR_PARTITION,
+                        format!("topic '{}' does not exist", n.as_str()),
+                    )
+                }),
+                _ => image.topic_by_id(&id).ok_or_else(|| {
+                    ApiError::new(UNKNOWN_TOPIC_ID, format!("no topic has id {id}"))
+                }),
             };
-            let mut result = DeletableTopicResult::default().with_name(name.clone()).with_topic_id(id);
+            let mut result = DeletableTopicResult::default()
+                .with_name(name.clone())
+                .with_topic_id(id);
             match found {
-                Err(e) => result = result.with_error_code(e.code).with_error_message(msg(e.message)),
+                Err(e) => {
+                    result = result
+                        .with_error_code(e.code)
+                        .with_error_message(msg(e.message))
+                }
                 Ok(topic) => {
                     result = result
                         .with_name(Some(TopicName(StrBytes::from_string(topic.name.clone()))))
                         .with_topic_id(topic.id);
                     if removed.insert(topic.id) {
-                        records.push(MetadataRecord::RemoveTopic(RemoveTopicRecord { topic_id: topic.id }));
+                        records.push(MetadataRecord::RemoveTopic(RemoveTopicRecord {
+                            topic_id: topic.id,
+                        }));
                     }
                     written.push(results.len());
                 }
@@ -436,7 +521,9 @@ impl Controller {
             if let Err(e) = self.writer.write(records).await {
                 for i in written {
                     let r = std::mem::take(&mut results[i]);
-                    results[i] = r.with_error_code(e.code()).with_error_message(msg(e.to_string()));
+                    results[i] = r
+                        .with_error_code(e.code())
+                        .with_error_message(msg(e.to_string()));
                 }
             }
         }
