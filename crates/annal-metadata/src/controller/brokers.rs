@@ -181,7 +181,7 @@ impl Controller {
         }
         let image = self.writer.image();
         let broker = image.broker(id);
-        let fenced = broker.map_or(true, |b| b.fenced);
+        let fenced = broker.is_none_or(|b| b.fenced);
         let in_shutdown = broker.is_some_and(|b| b.in_controlled_shutdown);
         let should_shut_down = in_shutdown && image.partitions_led_by(id).is_empty();
         BrokerHeartbeatResponse::default()
@@ -239,10 +239,7 @@ impl Controller {
         let _state = self.state.lock().await;
         let image = self.writer.image();
         let id = req.broker_id.0;
-        if image
-            .broker(id)
-            .map_or(true, |b| b.epoch != req.broker_epoch)
-        {
+        if image.broker(id).is_none_or(|b| b.epoch != req.broker_epoch) {
             return AllocateProducerIdsResponse::default().with_error_code(STALE_BROKER_EPOCH);
         }
         let start = image.next_producer_id;
