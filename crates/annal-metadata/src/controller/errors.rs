@@ -31,3 +31,8 @@ impl ApiError {
         }
     }
 }
+
+pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+pub const FENCED_LEADER_EPOCH: i16 = 74;
+pub const INVALID_UPDATE_VERSION: i16 = 96;
+pub const INELIGIBLE_REPLICA: i16 = 107;

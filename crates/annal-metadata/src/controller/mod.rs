@@ -9,6 +9,7 @@
 //! Operations answer with Kafka's request/response types ([`Controller::handle`] takes and returns their
 //! bytes), so a broker forwards admin requests unchanged.
 
+mod alter_partition;
 mod brokers;
 mod configs;
 mod election;
@@ -28,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{
-    AllocateProducerIdsRequest, AlterConfigsRequest, BrokerHeartbeatRequest,
+    AllocateProducerIdsRequest, AlterConfigsRequest, AlterPartitionRequest, BrokerHeartbeatRequest,
     BrokerRegistrationRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
     IncrementalAlterConfigsRequest,
 };
@@ -202,6 +203,7 @@ impl Controller {
             33 => run!(AlterConfigsRequest, |r| self.alter_configs(r)),
             67 => run!(AllocateProducerIdsRequest, |r| self
                 .allocate_producer_ids(r)),
+            56 => run!(AlterPartitionRequest, |r| self.alter_partition(r)),
             other => Err(HandleError::UnsupportedApi(other)),
         }
     }

@@ -665,3 +665,86 @@ async fn handle_speaks_kafka_bytes() {
         Err(HandleError::Decode { .. })
     ));
 }
+
+#[tokio::test]
+async fn alter_partition_expands_the_isr_under_kafkas_rules() {
+    use kafka_protocol::messages::alter_partition_request::{
+        BrokerState, PartitionData, TopicData,
+    };
+    let h = Harness::with_brokers(3, &[]).await;
+    assert_eq!(h.create_assigned("t", &[&[0, 1, 2]]).await.error_code, NONE);
+    let topic_id = h.image().topic_by_name("t").unwrap().id;
+    let p = h.partition("t", 0);
+    let ask = |leader: i32, isr: &[i32], leader_epoch: i32, partition_epoch: i32| {
+        AlterPartitionRequest::default()
+            .with_broker_id(BrokerId(leader))
+            .with_broker_epoch(h.epochs[leader as usize])
+            .with_topics(vec![TopicData::default()
+                .with_topic_id(topic_id)
+                .with_partitions(vec![PartitionData::default()
+                    .with_leader_epoch(leader_epoch)
+                    .with_partition_epoch(partition_epoch)
+                    .with_new_isr_with_epochs(
+                        isr.iter()
+                            .map(|b| {
+                                BrokerState::default()
+                                    .with_broker_id(BrokerId(*b))
+                                    .with_broker_epoch(h.epochs[*b as usize])
+                            })
+                            .collect(),
+                    )])])
+    };
+    let code = |r: &AlterPartitionResponse| r.topics[0].partitions[0].error_code;
+    assert_eq!(
+        code(
+            &h.controller
+                .alter_partition(ask(1, &[0, 1], p.leader_epoch, p.partition_epoch))
+                .await
+        ),
+        NOT_LEADER_OR_FOLLOWER
+    );
+    assert_eq!(
+        code(
+            &h.controller
+                .alter_partition(ask(0, &[0, 1], p.leader_epoch, p.partition_epoch + 1))
+                .await
+        ),
+        INVALID_UPDATE_VERSION
+    );
+    assert_eq!(
+        code(
+            &h.controller
+                .alter_partition(ask(0, &[1], p.leader_epoch, p.partition_epoch))
+                .await
+        ),
+        INVALID_REQUEST
+    );
+    let ok = h
+        .controller
+        .alter_partition(ask(0, &[0, 1, 2], p.leader_epoch, p.partition_epoch))
+        .await;
+    assert_eq!(code(&ok), NONE);
+    assert_eq!(
+        ok.topics[0].partitions[0].partition_epoch,
+        p.partition_epoch + 1
+    );
+    assert_eq!(h.partition("t", 0).isr, vec![0, 1, 2]);
+    // A shutting-down broker may not join the ISR.
+    h.controller
+        .broker_heartbeat(
+            heartbeat(2, h.epochs[2], h.offset()).with_want_shut_down(true),
+            h.now,
+        )
+        .await;
+    let p = h.partition("t", 0);
+    assert_eq!(
+        p.isr,
+        vec![0, 1],
+        "controlled shutdown took broker 2 out of the ISR"
+    );
+    let refused = h
+        .controller
+        .alter_partition(ask(0, &[0, 1, 2], p.leader_epoch, p.partition_epoch))
+        .await;
+    assert_eq!(code(&refused), INELIGIBLE_REPLICA);
+}
