@@ -209,6 +209,25 @@ impl Controller {
     }
 }
 
+/// The APIs [`Controller::handle`] answers, as (api key, min version, max version), for ApiVersions on the
+/// controller listener and for the broker's forwarding table.
+pub fn supported_apis() -> Vec<(i16, i16, i16)> {
+    fn range<T: Message>(api_key: i16) -> (i16, i16, i16) {
+        (api_key, T::VERSIONS.min, T::VERSIONS.max)
+    }
+    vec![
+        range::<CreateTopicsRequest>(19),
+        range::<DeleteTopicsRequest>(20),
+        range::<AlterConfigsRequest>(33),
+        range::<CreatePartitionsRequest>(37),
+        range::<IncrementalAlterConfigsRequest>(44),
+        range::<AlterPartitionRequest>(56),
+        range::<BrokerRegistrationRequest>(62),
+        range::<BrokerHeartbeatRequest>(63),
+        range::<AllocateProducerIdsRequest>(67),
+    ]
+}
+
 fn decode<T: Decodable + Message>(
     api_key: i16,
     version: i16,

@@ -139,7 +139,9 @@ impl Harness {
                 records.push(MetadataRecord::PartitionChange(c));
             }
         }
-        self.writer.write(records).await.unwrap();
+        if !records.is_empty() {
+            self.writer.write(records).await.unwrap();
+        }
     }
 
     fn partition(&self, topic: &str, i: i32) -> crate::image::PartitionState {
@@ -747,4 +749,103 @@ async fn alter_partition_expands_the_isr_under_kafkas_rules() {
         .alter_partition(ask(0, &[0, 1, 2], p.leader_epoch, p.partition_epoch))
         .await;
     assert_eq!(code(&refused), INELIGIBLE_REPLICA);
+}
+
+/// A seeded random walk over registrations, heartbeats (some wanting shutdown), silences, ticks and topic
+/// creations: every batch the controller writes must apply (the image checks its invariants on every record),
+/// leaders are always live brokers or none, and leader epochs never go backwards.
+#[tokio::test]
+async fn random_operations_keep_every_invariant() {
+    use rand::{Rng, SeedableRng};
+    let (mut partitions_seen, mut leader_changes, mut fenced_seen) = (0, 0, 0);
+    for seed in 0..40u64 {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut h = Harness::empty();
+        let brokers = 4;
+        h.epochs = vec![-1; brokers];
+        let mut incarnations = vec![0u128; brokers];
+        let mut silent = vec![false; brokers];
+        let mut now = h.now;
+        let mut leader_epochs: std::collections::BTreeMap<(Uuid, i32), i32> = Default::default();
+        let mut topics = 0;
+        for _step in 0..80 {
+            now += Duration::from_millis(rng.gen_range(0..3000));
+            let id = rng.gen_range(0..brokers);
+            match rng.gen_range(0..10) {
+                0 => {
+                    incarnations[id] += 1;
+                    let req = registration(id as i32, incarnations[id] + 1000 * id as u128, None);
+                    let resp = h.controller.register_broker(req, now).await;
+                    assert!(
+                        resp.error_code == NONE || resp.error_code == DUPLICATE_BROKER_REGISTRATION
+                    );
+                    if resp.error_code == NONE {
+                        h.epochs[id] = resp.broker_epoch;
+                        silent[id] = false;
+                    }
+                }
+                1 => silent[id] = !silent[id],
+                2 => {
+                    let req =
+                        heartbeat(id as i32, h.epochs[id], h.offset()).with_want_shut_down(true);
+                    let resp = h.controller.broker_heartbeat(req, now).await;
+                    assert_ne!(resp.error_code, UNKNOWN_SERVER_ERROR);
+                }
+                3 | 4 => {
+                    topics += 1;
+                    let rf = rng.gen_range(1..=3);
+                    let r = h
+                        .create(&format!("t{topics}"), rng.gen_range(1..5), rf)
+                        .await;
+                    assert!(
+                        [NONE, INVALID_REPLICATION_FACTOR].contains(&r.error_code),
+                        "{:?}",
+                        r.error_message
+                    );
+                }
+                5 => h.expand_isrs().await,
+                _ => {
+                    for b in 0..brokers {
+                        if !silent[b] && h.epochs[b] >= 0 {
+                            let resp = h
+                                .controller
+                                .broker_heartbeat(heartbeat(b as i32, h.epochs[b], h.offset()), now)
+                                .await;
+                            assert_ne!(resp.error_code, UNKNOWN_SERVER_ERROR);
+                        }
+                    }
+                    h.controller.tick(now).await.expect("every batch applies");
+                }
+            }
+            let image = h.image();
+            for t in image.topics.values() {
+                for (i, p) in &t.partitions {
+                    if p.leader != NO_LEADER {
+                        let leader = image.broker(p.leader).expect("leaders are registered");
+                        assert!(
+                            !leader.fenced,
+                            "seed {seed}: {}-{i} led by fenced broker {}",
+                            t.name, p.leader
+                        );
+                    }
+                    let last = leader_epochs
+                        .insert((t.id, *i), p.leader_epoch)
+                        .unwrap_or(0);
+                    assert!(
+                        p.leader_epoch >= last,
+                        "seed {seed}: leader epoch went backwards"
+                    );
+                    partitions_seen += 1;
+                    leader_changes += usize::from(p.leader_epoch > last);
+                    assert!(p.isr.iter().all(|r| p.replicas.contains(r)));
+                }
+            }
+            fenced_seen += image.brokers.values().filter(|b| b.fenced).count();
+        }
+    }
+    // The walk must reach the interesting states, or it proves nothing.
+    assert!(
+        partitions_seen > 1000 && leader_changes > 20 && fenced_seen > 100,
+        "{partitions_seen} {leader_changes} {fenced_seen}"
+    );
 }

@@ -325,7 +325,8 @@ impl Controller {
             configs.push((c.name.to_string(), value));
         }
         let topic_id = loop {
-            let id = Uuid::from_u128(state.rng.gen());
+            // Random (version 4) like Kafka's, but drawn from the seeded RNG so placement runs are reproducible.
+            let id = uuid::Builder::from_random_bytes(state.rng.gen()).into_uuid();
             if !id.is_nil() && image.topic_by_id(&id).is_none() {
                 break id;
             }
