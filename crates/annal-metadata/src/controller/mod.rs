@@ -1,1 +1,259 @@
-//! The controller. See lib.rs.
+//! The controller: the only writer of metadata. It decides records against the latest committed image and
+//! writes them through a [`MetadataWriter`] (the Raft quorum in a cluster, [`InMemoryWriter`] in tests and in
+//! a single node), one operation at a time, so every decision sees every earlier one.
+//!
+//! Architecture invariant: nothing here reads a clock, draws unseeded randomness or knows about Raft. Time is
+//! passed in (`now`), the placement RNG is seeded from [`ControllerConfig::seed`], and the quorum is behind
+//! [`MetadataWriter`], so a simulator can drive the controller deterministically.
+//!
+//! Operations answer with Kafka's request/response types ([`Controller::handle`] takes and returns their
+//! bytes), so a broker forwards admin requests unchanged.
+
+mod alter_partition;
+mod brokers;
+mod configs;
+mod election;
+pub mod errors;
+mod placement;
+mod topics;
+mod writer;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{
+    AllocateProducerIdsRequest, AlterConfigsRequest, AlterPartitionRequest, BrokerHeartbeatRequest,
+    BrokerRegistrationRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
+    IncrementalAlterConfigsRequest,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, Message};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+use crate::image::{ImageError, MetadataImage};
+use crate::records::MetadataRecord;
+
+pub use placement::{place_replicas, PlacementError};
+pub use writer::InMemoryWriter;
+
+/// A boxed future, so [`MetadataWriter`] is object safe without `async_trait`.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Where the controller's records go: the quorum, or an in-memory log.
+pub trait MetadataWriter: Send + Sync {
+    /// Appends the records as one atomic batch; resolves once committed and applied to the image, with the
+    /// batch's offset.
+    fn write(&self, records: Vec<MetadataRecord>) -> BoxFuture<'_, Result<u64, WriteError>>;
+    /// The latest committed image.
+    fn image(&self) -> Arc<MetadataImage>;
+}
+
+/// Why a batch was not committed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WriteError {
+    /// This node is not (or no longer) the active controller: send the request to the leader (NOT_CONTROLLER 41).
+    #[error("this node is not the active controller (leader hint: {leader_hint:?}); retry against the leader")]
+    NotController { leader_hint: Option<i32> },
+    /// The records do not fit the image: a controller bug, reported rather than committed.
+    #[error("the controller produced records that do not apply: {0}")]
+    Rejected(#[from] ImageError),
+    /// The quorum could not commit (no majority, shutting down); retriable.
+    #[error("the metadata quorum could not commit: {0}; retry once a majority of voters is up")]
+    Unavailable(String),
+}
+
+impl WriteError {
+    /// The Kafka error code a response carries for this failure.
+    pub fn code(&self) -> i16 {
+        match self {
+            WriteError::NotController { .. } | WriteError::Unavailable(_) => errors::NOT_CONTROLLER,
+            WriteError::Rejected(_) => errors::UNKNOWN_SERVER_ERROR,
+        }
+    }
+}
+
+/// Validates one config (name, value) and returns its normalized value, or a message for the client.
+pub type ConfigValidator = fn(name: &str, value: &str) -> Result<String, String>;
+
+/// The controller's settings, Kafka's names in the comments.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// broker.session.timeout.ms: a broker that has not heartbeated for this long is fenced.
+    pub session_timeout: Duration,
+    /// broker.heartbeat.interval.ms (reported to brokers; the controller only needs the timeout).
+    pub heartbeat_interval: Duration,
+    /// default.replication.factor, used when CreateTopics says -1.
+    pub default_replication_factor: i16,
+    /// num.partitions, used when CreateTopics says -1.
+    pub num_partitions: i32,
+    /// Producer ids handed out per AllocateProducerIds (Kafka: 1000).
+    pub producer_id_block_size: i64,
+    /// Validates topic configs (the broker passes its own table; the default knows Kafka's common names).
+    pub topic_config_validator: ConfigValidator,
+    /// Validates broker configs.
+    pub broker_config_validator: ConfigValidator,
+    /// Seeds replica placement's random start, so placement is reproducible.
+    pub seed: u64,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        ControllerConfig {
+            session_timeout: Duration::from_millis(9000),
+            heartbeat_interval: Duration::from_millis(2000),
+            default_replication_factor: 1,
+            num_partitions: 1,
+            producer_id_block_size: 1000,
+            topic_config_validator: configs::default_topic_config_validator,
+            broker_config_validator: configs::default_broker_config_validator,
+            seed: 0,
+        }
+    }
+}
+
+/// A broker's lease, soft state of the active controller only (as Kafka's `BrokerHeartbeatManager`): a newly
+/// active controller grants fresh leases ([`Controller::on_become_active`]).
+#[derive(Debug, Clone, Copy)]
+struct Lease {
+    deadline: Instant,
+    /// The offset of the broker's registration batch: it is caught up once its metadata offset reaches it.
+    registration_offset: u64,
+}
+
+struct State {
+    leases: HashMap<i32, Lease>,
+    rng: StdRng,
+}
+
+/// Why [`Controller::handle`] could not answer at all (the broker answers the client with an error of its own).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandleError {
+    #[error("api key {0} is not a controller API")]
+    UnsupportedApi(i16),
+    #[error("api key {api_key} version {version} is not supported (versions {min}-{max} are)")]
+    UnsupportedVersion {
+        api_key: i16,
+        version: i16,
+        min: i16,
+        max: i16,
+    },
+    #[error("request body for api key {api_key} does not decode: {message}")]
+    Decode { api_key: i16, message: String },
+}
+
+/// The controller. Cheap to share (`Arc<Controller>`); operations run one at a time.
+pub struct Controller {
+    config: ControllerConfig,
+    writer: Arc<dyn MetadataWriter>,
+    state: tokio::sync::Mutex<State>,
+}
+
+impl Controller {
+    pub fn new(config: ControllerConfig, writer: Arc<dyn MetadataWriter>) -> Self {
+        let rng = StdRng::seed_from_u64(config.seed);
+        Controller {
+            config,
+            writer,
+            state: tokio::sync::Mutex::new(State {
+                leases: HashMap::new(),
+                rng,
+            }),
+        }
+    }
+
+    pub fn config(&self) -> &ControllerConfig {
+        &self.config
+    }
+
+    /// The latest committed image.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.writer.image()
+    }
+
+    /// Decodes a controller request (api key, version, body), runs it and encodes the response body.
+    pub async fn handle(
+        &self,
+        api_key: i16,
+        version: i16,
+        body: Bytes,
+        now: Instant,
+    ) -> Result<Bytes, HandleError> {
+        macro_rules! run {
+            ($req:ty, $op:expr) => {{
+                let req: $req = decode::<$req>(api_key, version, body)?;
+                let resp = $op(req).await;
+                encode(&resp, version)
+            }};
+        }
+        match api_key {
+            62 => run!(BrokerRegistrationRequest, |r| self.register_broker(r, now)),
+            63 => run!(BrokerHeartbeatRequest, |r| self.broker_heartbeat(r, now)),
+            19 => run!(CreateTopicsRequest, |r| self.create_topics(r)),
+            20 => run!(DeleteTopicsRequest, |r| self.delete_topics(r)),
+            37 => run!(CreatePartitionsRequest, |r| self.create_partitions(r)),
+            44 => run!(IncrementalAlterConfigsRequest, |r| self
+                .incremental_alter_configs(r)),
+            33 => run!(AlterConfigsRequest, |r| self.alter_configs(r)),
+            67 => run!(AllocateProducerIdsRequest, |r| self
+                .allocate_producer_ids(r)),
+            56 => run!(AlterPartitionRequest, |r| self.alter_partition(r)),
+            other => Err(HandleError::UnsupportedApi(other)),
+        }
+    }
+}
+
+/// The APIs [`Controller::handle`] answers, as (api key, min version, max version), for ApiVersions on the
+/// controller listener and for the broker's forwarding table.
+pub fn supported_apis() -> Vec<(i16, i16, i16)> {
+    fn range<T: Message>(api_key: i16) -> (i16, i16, i16) {
+        (api_key, T::VERSIONS.min, T::VERSIONS.max)
+    }
+    vec![
+        range::<CreateTopicsRequest>(19),
+        range::<DeleteTopicsRequest>(20),
+        range::<AlterConfigsRequest>(33),
+        range::<CreatePartitionsRequest>(37),
+        range::<IncrementalAlterConfigsRequest>(44),
+        range::<AlterPartitionRequest>(56),
+        range::<BrokerRegistrationRequest>(62),
+        range::<BrokerHeartbeatRequest>(63),
+        range::<AllocateProducerIdsRequest>(67),
+    ]
+}
+
+fn decode<T: Decodable + Message>(
+    api_key: i16,
+    version: i16,
+    body: Bytes,
+) -> Result<T, HandleError> {
+    if version < T::VERSIONS.min || version > T::VERSIONS.max {
+        return Err(HandleError::UnsupportedVersion {
+            api_key,
+            version,
+            min: T::VERSIONS.min,
+            max: T::VERSIONS.max,
+        });
+    }
+    let mut body = body;
+    T::decode(&mut body, version).map_err(|e| HandleError::Decode {
+        api_key,
+        message: e.to_string(),
+    })
+}
+
+fn encode<T: Encodable>(resp: &T, version: i16) -> Result<Bytes, HandleError> {
+    let mut out = BytesMut::new();
+    // A response built by the controller for a version the request decoded at always encodes; a failure here
+    // would be a field the version cannot carry, i.e. a bug.
+    resp.encode(&mut out, version).unwrap_or_else(|e| {
+        panic!("controller response does not encode at version {version}: {e}")
+    });
+    Ok(out.freeze())
+}

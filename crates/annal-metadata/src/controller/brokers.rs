@@ -1,0 +1,267 @@
+//! Broker registration, heartbeats and leases, fencing, controlled shutdown, producer id blocks.
+
+use std::time::Instant;
+
+use kafka_protocol::messages::{
+    AllocateProducerIdsRequest, AllocateProducerIdsResponse, BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse, BrokerRegistrationRequest, BrokerRegistrationResponse, ProducerId,
+};
+
+use super::errors::{
+    DUPLICATE_BROKER_REGISTRATION, INCONSISTENT_CLUSTER_ID, NONE, STALE_BROKER_EPOCH,
+    UNKNOWN_SERVER_ERROR,
+};
+use super::{election, Controller, Lease, State, WriteError};
+use crate::image::MetadataImage;
+use crate::records::{
+    BrokerEndpoint, BrokerFeature, BrokerRegistrationChangeRecord, FenceBrokerRecord,
+    MetadataRecord, ProducerIdsRecord, RegisterBrokerRecord, UnfenceBrokerRecord,
+};
+
+/// The records that fence `broker` (epoch `epoch`) and move its partitions: FenceBrokerRecord, then one
+/// PartitionChangeRecord per partition it led or was in sync for.
+fn fence_records(image: &MetadataImage, broker: i32, epoch: i64) -> Vec<MetadataRecord> {
+    let mut records = vec![MetadataRecord::FenceBroker(FenceBrokerRecord {
+        id: broker,
+        epoch,
+    })];
+    records.extend(
+        election::move_off_broker(image, broker)
+            .into_iter()
+            .map(MetadataRecord::PartitionChange),
+    );
+    records
+}
+
+impl Controller {
+    /// BrokerRegistration (62).
+    pub async fn register_broker(
+        &self,
+        req: BrokerRegistrationRequest,
+        now: Instant,
+    ) -> BrokerRegistrationResponse {
+        let mut state = self.state.lock().await;
+        let image = self.writer.image();
+        let id = req.broker_id.0;
+        let reply = |code: i16, epoch: i64| {
+            BrokerRegistrationResponse::default()
+                .with_error_code(code)
+                .with_broker_epoch(epoch)
+        };
+        if req.cluster_id.as_str() != image.cluster_id {
+            tracing::warn!(
+                broker = id,
+                theirs = %req.cluster_id.as_str(),
+                ours = %image.cluster_id,
+                "registration refused: the broker's data directory belongs to another cluster"
+            );
+            return reply(INCONSISTENT_CLUSTER_ID, -1);
+        }
+        let mut records = Vec::new();
+        if let Some(existing) = image.broker(id) {
+            let lease_live = state.leases.get(&id).is_some_and(|l| l.deadline > now);
+            if existing.incarnation_id != req.incarnation_id && lease_live {
+                return reply(DUPLICATE_BROKER_REGISTRATION, -1);
+            }
+            // The old incarnation is gone (or this is the same process retrying): it leads nothing any more.
+            if !existing.fenced {
+                records.extend(fence_records(&image, id, existing.epoch));
+            } else {
+                records.extend(
+                    election::move_off_broker(&image, id)
+                        .into_iter()
+                        .map(MetadataRecord::PartitionChange),
+                );
+            }
+        }
+        let epoch = image.next_broker_epoch();
+        records.push(MetadataRecord::RegisterBroker(RegisterBrokerRecord {
+            broker_id: id,
+            is_migrating_zk_broker: false,
+            incarnation_id: req.incarnation_id,
+            broker_epoch: epoch,
+            end_points: req
+                .listeners
+                .iter()
+                .map(|l| BrokerEndpoint {
+                    name: l.name.to_string(),
+                    host: l.host.to_string(),
+                    port: l.port,
+                    security_protocol: l.security_protocol,
+                })
+                .collect(),
+            features: req
+                .features
+                .iter()
+                .map(|f| BrokerFeature {
+                    name: f.name.to_string(),
+                    min_supported_version: f.min_supported_version,
+                    max_supported_version: f.max_supported_version,
+                })
+                .collect(),
+            rack: req.rack.as_ref().map(|r| r.to_string()),
+            // A new registration is fenced until the broker has caught up with the metadata log.
+            fenced: true,
+            in_controlled_shutdown: false,
+            log_dirs: Vec::new(),
+        }));
+        match self.writer.write(records).await {
+            Ok(offset) => {
+                state.leases.insert(
+                    id,
+                    Lease {
+                        deadline: now + self.config.session_timeout,
+                        registration_offset: offset,
+                    },
+                );
+                reply(NONE, epoch)
+            }
+            Err(e) => reply(e.code(), -1),
+        }
+    }
+
+    /// BrokerHeartbeat (63).
+    pub async fn broker_heartbeat(
+        &self,
+        req: BrokerHeartbeatRequest,
+        now: Instant,
+    ) -> BrokerHeartbeatResponse {
+        let mut state = self.state.lock().await;
+        let image = self.writer.image();
+        let id = req.broker_id.0;
+        let Some(broker) = image.broker(id).filter(|b| b.epoch == req.broker_epoch) else {
+            return BrokerHeartbeatResponse::default()
+                .with_error_code(STALE_BROKER_EPOCH)
+                .with_is_fenced(true);
+        };
+        let lease = state.leases.entry(id).or_insert(Lease {
+            deadline: now,
+            // Unknown to this controller (it became active after the registration): the offset it has seen is
+            // a safe bound.
+            registration_offset: image.last_applied_offset.unwrap_or(0),
+        });
+        lease.deadline = now + self.config.session_timeout;
+        let caught_up = u64::try_from(req.current_metadata_offset)
+            .is_ok_and(|o| o >= lease.registration_offset);
+
+        let mut records = Vec::new();
+        if req.want_shut_down && !broker.in_controlled_shutdown {
+            records.push(MetadataRecord::BrokerRegistrationChange(
+                BrokerRegistrationChangeRecord {
+                    broker_id: id,
+                    broker_epoch: broker.epoch,
+                    fenced: 0,
+                    in_controlled_shutdown: 1,
+                    log_dirs: Vec::new(),
+                },
+            ));
+            records.extend(
+                election::move_off_broker(&image, id)
+                    .into_iter()
+                    .map(MetadataRecord::PartitionChange),
+            );
+        } else if req.want_fence && !broker.fenced {
+            records.extend(fence_records(&image, id, broker.epoch));
+        } else if broker.fenced && caught_up && !req.want_fence && !req.want_shut_down {
+            records.push(MetadataRecord::UnfenceBroker(UnfenceBrokerRecord {
+                id,
+                epoch: broker.epoch,
+            }));
+            records.extend(
+                election::elect_offline_with(&image, id)
+                    .into_iter()
+                    .map(MetadataRecord::PartitionChange),
+            );
+        }
+        let mut error_code = NONE;
+        if !records.is_empty() {
+            if let Err(e) = self.writer.write(records).await {
+                error_code = e.code();
+            }
+        }
+        let image = self.writer.image();
+        let broker = image.broker(id);
+        let fenced = broker.is_none_or(|b| b.fenced);
+        let in_shutdown = broker.is_some_and(|b| b.in_controlled_shutdown);
+        let should_shut_down = in_shutdown && image.partitions_led_by(id).is_empty();
+        BrokerHeartbeatResponse::default()
+            .with_error_code(error_code)
+            .with_is_caught_up(caught_up)
+            .with_is_fenced(fenced)
+            .with_should_shut_down(should_shut_down)
+    }
+
+    /// Fences every unfenced broker whose lease has lapsed, moving its leaderships. Call it periodically (every
+    /// few hundred ms; Kafka checks on a timer) with the current time.
+    pub async fn tick(&self, now: Instant) -> Result<(), WriteError> {
+        let mut state = self.state.lock().await;
+        let image = self.writer.image();
+        self.grant_missing_leases(&mut state, &image, now);
+        let expired: Vec<(i32, i64)> = image
+            .brokers
+            .values()
+            .filter(|b| !b.fenced && state.leases.get(&b.id).is_some_and(|l| l.deadline <= now))
+            .map(|b| (b.id, b.epoch))
+            .collect();
+        for (id, epoch) in expired {
+            // Each fencing decides against the image that includes the previous one.
+            let image = self.writer.image();
+            tracing::info!(broker = id, "fencing broker: its session lease lapsed");
+            self.writer.write(fence_records(&image, id, epoch)).await?;
+        }
+        Ok(())
+    }
+
+    /// A newly active controller gives every registered broker a fresh lease, as Kafka does: it cannot know
+    /// when they last heartbeated to the previous controller.
+    pub async fn on_become_active(&self, now: Instant) {
+        let mut state = self.state.lock().await;
+        state.leases.clear();
+        let image = self.writer.image();
+        self.grant_missing_leases(&mut state, &image, now);
+    }
+
+    fn grant_missing_leases(&self, state: &mut State, image: &MetadataImage, now: Instant) {
+        for id in image.brokers.keys() {
+            state.leases.entry(*id).or_insert(Lease {
+                deadline: now + self.config.session_timeout,
+                registration_offset: image.last_applied_offset.unwrap_or(0),
+            });
+        }
+    }
+
+    /// AllocateProducerIds (67): the next block of `producer_id_block_size` ids, recorded before it is handed out
+    /// so no two brokers (nor one broker twice) ever get overlapping blocks.
+    pub async fn allocate_producer_ids(
+        &self,
+        req: AllocateProducerIdsRequest,
+    ) -> AllocateProducerIdsResponse {
+        let _state = self.state.lock().await;
+        let image = self.writer.image();
+        let id = req.broker_id.0;
+        if image.broker(id).is_none_or(|b| b.epoch != req.broker_epoch) {
+            return AllocateProducerIdsResponse::default().with_error_code(STALE_BROKER_EPOCH);
+        }
+        let start = image.next_producer_id;
+        let len = self.config.producer_id_block_size;
+        assert!(
+            len > 0 && len <= i64::from(i32::MAX),
+            "producer id block size is a positive i32"
+        );
+        let Some(next) = start.checked_add(len) else {
+            tracing::error!("producer ids exhausted");
+            return AllocateProducerIdsResponse::default().with_error_code(UNKNOWN_SERVER_ERROR);
+        };
+        let record = MetadataRecord::ProducerIds(ProducerIdsRecord {
+            broker_id: id,
+            broker_epoch: req.broker_epoch,
+            next_producer_id: next,
+        });
+        match self.writer.write(vec![record]).await {
+            Ok(_) => AllocateProducerIdsResponse::default()
+                .with_producer_id_start(ProducerId(start))
+                .with_producer_id_len(len as i32),
+            Err(e) => AllocateProducerIdsResponse::default().with_error_code(e.code()),
+        }
+    }
+}

@@ -1,0 +1,154 @@
+use super::*;
+use crate::records::*;
+
+fn register(id: i32, epoch: i64) -> MetadataRecord {
+    MetadataRecord::RegisterBroker(RegisterBrokerRecord {
+        broker_id: id,
+        is_migrating_zk_broker: false,
+        incarnation_id: Uuid::from_u128(id as u128),
+        broker_epoch: epoch,
+        end_points: vec![],
+        features: vec![],
+        rack: None,
+        fenced: true,
+        in_controlled_shutdown: false,
+        log_dirs: vec![],
+    })
+}
+
+fn with_topic() -> (MetadataImage, Uuid) {
+    let mut image = MetadataImage::new("c");
+    let id = Uuid::from_u128(9);
+    image.apply(1, &register(1, 1));
+    image.apply(1, &register(2, 2));
+    image.apply(
+        2,
+        &MetadataRecord::Topic(TopicRecord {
+            name: "t".into(),
+            topic_id: id,
+        }),
+    );
+    image.apply(
+        2,
+        &MetadataRecord::Partition(PartitionRecord {
+            partition_id: 0,
+            topic_id: id,
+            replicas: vec![1, 2],
+            isr: vec![1, 2],
+            removing_replicas: vec![],
+            adding_replicas: vec![],
+            leader: 1,
+            leader_recovery_state: 0,
+            leader_epoch: 0,
+            partition_epoch: 0,
+            directories: vec![],
+            eligible_leader_replicas: None,
+            last_known_elr: None,
+        }),
+    );
+    (image, id)
+}
+
+#[test]
+fn a_leader_change_bumps_both_epochs_and_an_isr_change_only_the_partition_epoch() {
+    let (mut image, id) = with_topic();
+    let mut change = PartitionChangeRecord::new(id, 0);
+    change.isr = Some(vec![1]);
+    image.apply(3, &MetadataRecord::PartitionChange(change));
+    let p = image.partition(&id, 0).unwrap();
+    assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (1, 0, 1));
+    let mut change = PartitionChangeRecord::new(id, 0);
+    change.leader = NO_LEADER;
+    image.apply(4, &MetadataRecord::PartitionChange(change));
+    let p = image.partition(&id, 0).unwrap();
+    assert_eq!(
+        (p.leader, p.leader_epoch, p.partition_epoch),
+        (NO_LEADER, 1, 2)
+    );
+}
+
+#[test]
+fn records_that_break_invariants_are_refused_and_change_nothing() {
+    let (mut image, id) = with_topic();
+    let before = image.clone();
+    let mut change = PartitionChangeRecord::new(id, 0);
+    change.isr = Some(vec![2]); // leader 1 would no longer be in the ISR
+    assert!(image
+        .try_apply(3, &MetadataRecord::PartitionChange(change))
+        .is_err());
+    let mut change = PartitionChangeRecord::new(id, 0);
+    change.isr = Some(vec![]);
+    assert!(image
+        .try_apply(3, &MetadataRecord::PartitionChange(change))
+        .is_err());
+    assert!(
+        image.try_apply(3, &register(1, 1)).is_err(),
+        "a broker epoch may not repeat"
+    );
+    assert!(
+        image
+            .try_apply(
+                1,
+                &MetadataRecord::FenceBroker(FenceBrokerRecord { id: 1, epoch: 1 })
+            )
+            .is_err(),
+        "offsets go forward"
+    );
+    assert!(image
+        .try_apply(
+            3,
+            &MetadataRecord::FenceBroker(FenceBrokerRecord { id: 1, epoch: 7 })
+        )
+        .is_err());
+    assert_eq!(image, before);
+}
+
+#[test]
+fn removing_a_topic_removes_its_configs_and_name() {
+    let (mut image, id) = with_topic();
+    image.apply(
+        3,
+        &MetadataRecord::Config(ConfigRecord {
+            resource_type: ConfigResourceType::Topic.id(),
+            resource_name: "t".into(),
+            name: "retention.ms".into(),
+            value: Some("5".into()),
+        }),
+    );
+    assert_eq!(image.configs.len(), 1);
+    image.apply(
+        4,
+        &MetadataRecord::RemoveTopic(RemoveTopicRecord { topic_id: id }),
+    );
+    assert!(image.topic_by_name("t").is_none());
+    assert!(image.configs.is_empty());
+}
+
+#[test]
+fn snapshot_round_trips_and_garbage_is_an_error() {
+    let (image, _) = with_topic();
+    let bytes = image.encode_snapshot();
+    assert_eq!(MetadataImage::decode_snapshot(&bytes), Ok(image));
+    for len in 0..bytes.len() {
+        assert!(MetadataImage::decode_snapshot(&bytes[..len]).is_err());
+    }
+    let mut flipped = bytes.clone();
+    for i in 0..flipped.len() {
+        flipped[i] ^= 0xff;
+        let _ = MetadataImage::decode_snapshot(&flipped);
+        flipped[i] ^= 0xff;
+    }
+}
+
+#[test]
+fn broker_epochs_only_grow() {
+    let (image, _) = with_topic();
+    assert!(image.next_broker_epoch() > 2);
+    assert_eq!(image.partitions_led_by(1).len(), 1);
+    assert_eq!(image.partitions_hosted_on(2).len(), 1);
+    assert_eq!(
+        image.live_brokers().count(),
+        0,
+        "registered brokers start fenced"
+    );
+}
