@@ -1,9 +1,10 @@
 //! One raft entry <-> one Kafka v2 record batch, so the metadata log reads like Kafka's `__cluster_metadata`.
 //!
-//! The batch's base offset is the raft index and its partition leader epoch is the term. Its first record is a
-//! private *entry header* (key [`ENTRY_HEADER_KEY`], value JSON) that says the entry's kind (normal, blank,
-//! membership) and the leader node id that openraft keeps in every log id; the payload's records follow, each
-//! with a null key and the opaque record as the value.
+//! The batch's partition leader epoch is the term. Its first record is a private *entry header* (key
+//! [`ENTRY_HEADER_KEY`], value JSON) with the raft index, the entry's kind (normal, blank, membership) and the
+//! leader node id that openraft keeps in every log id; the payload's records follow, each with a null key and
+//! the opaque record as the value. Offsets are Kafka's (one per record, assigned by the log), so an entry's
+//! base offset is at or after its raft index; the log store keeps the index -> offset map.
 
 use annal_log::batch::{self, BatchHeader, Compression, HEADER_SIZE};
 use openraft::{BasicNode, CommittedLeaderId, EntryPayload, LogId, Membership};
@@ -18,37 +19,45 @@ pub(crate) const ENTRY_HEADER_KEY: &[u8] = b"annal.raft.entry";
 const RECORDS_PER_BATCH_MAX: i32 = 1 << 20;
 
 #[derive(Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-enum EntryHeader {
-    Normal { leader_node: u64 },
-    Blank { leader_node: u64 },
-    Membership { leader_node: u64, membership: Membership<u64, BasicNode> },
+struct EntryHeader {
+    /// The raft index. Kafka offsets count records, raft indexes count entries: the two differ.
+    index: u64,
+    /// The leader that proposed the entry (with the term, openraft's log id).
+    leader_node: u64,
+    kind: EntryKind,
 }
 
-/// Encodes `entry` as one batch with base offset = index and partition leader epoch = term.
+// Externally tagged: an internally tagged enum buffers its content and then cannot read the u64 map keys
+// (JSON strings) of a membership.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum EntryKind {
+    Normal,
+    Blank,
+    Membership(Membership<u64, BasicNode>),
+}
+
+/// Encodes `entry` as one batch with partition leader epoch = term; the log assigns its offsets.
 pub(crate) fn encode(entry: &Entry) -> Result<Vec<u8>, String> {
     let leader_node = entry.log_id.leader_id.node_id;
-    let (header, records): (EntryHeader, &[Vec<u8>]) = match &entry.payload {
-        EntryPayload::Normal(payload) => (EntryHeader::Normal { leader_node }, payload.as_slice()),
-        EntryPayload::Blank => (EntryHeader::Blank { leader_node }, &[]),
-        EntryPayload::Membership(m) => (
-            EntryHeader::Membership {
-                leader_node,
-                membership: m.clone(),
-            },
-            &[],
-        ),
+    let (kind, records): (EntryKind, &[Vec<u8>]) = match &entry.payload {
+        EntryPayload::Normal(payload) => (EntryKind::Normal, payload.as_slice()),
+        EntryPayload::Blank => (EntryKind::Blank, &[]),
+        EntryPayload::Membership(m) => (EntryKind::Membership(m.clone()), &[]),
+    };
+    let header = EntryHeader {
+        index: entry.log_id.index,
+        leader_node,
+        kind,
     };
     let header_value = serde_json::to_vec(&header).map_err(|e| format!("encode entry header: {e}"))?;
     let mut kvs: Vec<batch::KeyValue<'_>> = Vec::with_capacity(records.len() + 1);
     kvs.push((Some(ENTRY_HEADER_KEY), Some(header_value.as_slice())));
     kvs.extend(records.iter().map(|r| (None, Some(r.as_slice()))));
-    let base_offset = i64::try_from(entry.log_id.index)
-        .map_err(|_| format!("raft index {} does not fit a Kafka offset", entry.log_id.index))?;
     let epoch = i32::try_from(entry.log_id.leader_id.term)
         .map_err(|_| format!("raft term {} does not fit a Kafka leader epoch", entry.log_id.leader_id.term))?;
     let mut bytes = batch::build_uncompressed_batch(&kvs, super::now_ms());
-    batch::assign_offset(&mut bytes, base_offset, epoch);
+    batch::assign_offset(&mut bytes, 0, epoch);
     Ok(bytes)
 }
 
@@ -90,16 +99,13 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<(Entry, usize), String> {
         }
     }
     let term = header.partition_leader_epoch as u64;
-    let index = header.base_offset as u64;
-    let (leader_node, payload) = match entry_header.ok_or("batch without records")? {
-        EntryHeader::Normal { leader_node } => (leader_node, EntryPayload::<TypeConfig>::Normal(values)),
-        EntryHeader::Blank { leader_node } => (leader_node, EntryPayload::Blank),
-        EntryHeader::Membership {
-            leader_node,
-            membership,
-        } => (leader_node, EntryPayload::Membership(membership)),
+    let entry_header = entry_header.ok_or("batch without records")?;
+    let payload = match entry_header.kind {
+        EntryKind::Normal => EntryPayload::<TypeConfig>::Normal(values),
+        EntryKind::Blank => EntryPayload::Blank,
+        EntryKind::Membership(membership) => EntryPayload::Membership(membership),
     };
-    let log_id = LogId::new(CommittedLeaderId::new(term, leader_node), index);
+    let log_id = LogId::new(CommittedLeaderId::new(term, entry_header.leader_node), entry_header.index);
     Ok((Entry { log_id, payload }, size))
 }
 
@@ -145,8 +151,9 @@ mod tests {
 
     #[test]
     fn every_entry_kind_round_trips() {
-        let nodes = [(1, BasicNode::new("a:1")), (2, BasicNode::new("b:2"))].into_iter().collect();
-        let membership = Membership::new(vec![BTreeSet::from([1u64, 2])], Some(nodes));
+        let nodes: std::collections::BTreeMap<u64, BasicNode> =
+            [(1, BasicNode::new("a:1")), (2, BasicNode::new("b:2"))].into_iter().collect();
+        let membership = Membership::new(vec![BTreeSet::from([1u64, 2])], nodes);
         for payload in [
             EntryPayload::Normal(vec![b"one".to_vec(), Vec::new(), vec![0u8; 300]]),
             EntryPayload::Normal(Vec::new()),
@@ -159,7 +166,7 @@ mod tests {
             };
             let bytes = encode(&entry).unwrap();
             let header = annal_log::batch::validate_batches(&bytes, 1 << 20).unwrap()[0].header;
-            assert_eq!((header.base_offset, header.partition_leader_epoch), (42, 7));
+            assert_eq!(header.partition_leader_epoch, 7);
             let (decoded, used) = decode(&bytes).unwrap();
             assert_eq!(used, bytes.len());
             assert_eq!(decoded, entry);

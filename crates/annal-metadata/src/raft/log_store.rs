@@ -1,7 +1,10 @@
-//! openraft's log storage ([`RaftLogStorage`]) on an `annal_log::Log`: one v2 batch per entry, base offset =
-//! raft index (openraft's first index is 0, as is a Kafka log's), partition leader epoch = term. The vote,
-//! the committed log id and the purge point live in the `quorum-state` file beside the segments.
+//! openraft's log storage ([`RaftLogStorage`]) on an `annal_log::Log`: one v2 batch per entry, partition
+//! leader epoch = term. Kafka offsets count records and raft indexes count entries, so the store keeps a map
+//! from raft index to the entry's base offset, rebuilt at open by reading the log (which is purged at every
+//! snapshot, so it is at most `snapshot_every_entries` entries long). The vote, the committed log id and the
+//! purge point live in the `quorum-state` file beside the segments.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
@@ -30,6 +33,8 @@ struct Shared {
     state: Mutex<QuorumState>,
     /// The last entry in the log, or the purge point when the log is empty.
     last_log_id: Mutex<Option<LogId<u64>>>,
+    /// Raft index -> Kafka base offset of every entry in the log. Lock order: `log`, then `offsets`.
+    offsets: Mutex<BTreeMap<u64, i64>>,
     /// A read for replication stops after this many bytes of batches (one entry always goes).
     read_bytes_max: usize,
 }
@@ -61,9 +66,11 @@ impl LogStore {
                 log: Mutex::new(Some(log)),
                 state: Mutex::new(state.clone()),
                 last_log_id: Mutex::new(None),
+                offsets: Mutex::new(BTreeMap::new()),
                 read_bytes_max: max_entry_bytes.max(1),
             }),
         };
+        store.build_offsets().map_err(|e| e.to_string())?;
         if let Some(purged) = state.last_purged {
             store.purge_files(purged).map_err(|e| e.to_string())?;
         }
@@ -112,86 +119,118 @@ impl LogStore {
 
     fn read_last_log_id(&self) -> Result<Option<LogId<u64>>, StorageError> {
         let purged = self.shared.state.lock().last_purged;
-        let (start, end) = self.with_log(|log| Ok((log.log_start_offset(), log.log_end_offset())))?;
-        if end <= start {
+        let Some(last_index) = self.shared.offsets.lock().keys().next_back().copied() else {
             return Ok(purged);
-        }
-        let last = self.read_entries((end - 1) as u64, end as u64, usize::MAX)?;
+        };
+        let last = self.read_entries(last_index, last_index + 1, usize::MAX)?;
         Ok(last.last().map(|e| e.log_id).or(purged))
     }
 
-    /// Entries in `[start, end)` that the log holds, stopping after `bytes_max` bytes (at least one entry).
-    fn read_entries(&self, start: u64, end: u64, bytes_max: usize) -> Result<Vec<Entry>, StorageError> {
+    /// Reads the whole log once to learn each entry's base offset.
+    fn build_offsets(&self) -> Result<(), StorageError> {
+        let mut offsets = BTreeMap::new();
+        self.scan(None, |entry, offset| {
+            if let Some((&prev, _)) = offsets.iter().next_back() {
+                if entry.log_id.index != prev + 1 {
+                    return Err(read_err(
+                        "open the metadata log",
+                        format!("entry {} follows entry {prev}: the log has a hole", entry.log_id.index),
+                    ));
+                }
+            }
+            offsets.insert(entry.log_id.index, offset);
+            Ok(true)
+        })?;
+        *self.shared.offsets.lock() = offsets;
+        Ok(())
+    }
+
+    /// Calls `f(entry, base offset)` for each entry from Kafka offset `from` (the log start when `None`)
+    /// until it returns false or the log ends.
+    fn scan(
+        &self,
+        from: Option<i64>,
+        mut f: impl FnMut(Entry, i64) -> Result<bool, StorageError>,
+    ) -> Result<(), StorageError> {
         self.with_log(|log| {
-            let from = (start.min(i64::MAX as u64) as i64).max(log.log_start_offset());
-            let to = (end.min(i64::MAX as u64) as i64).min(log.log_end_offset());
-            let mut entries = Vec::new();
-            let mut next = from;
-            let mut bytes_read = 0usize;
-            while next < to && bytes_read < bytes_max {
-                let chunk = (bytes_max - bytes_read).clamp(64 * 1024, 4 << 20);
-                let read = log.read(next, chunk, Some(to)).map_err(|e| read_err("read the metadata log", e))?;
+            let end = log.log_end_offset();
+            let mut next = from.unwrap_or(log.log_start_offset()).max(log.log_start_offset());
+            while next < end {
+                let read = log
+                    .read(next, SCAN_CHUNK_BYTES, None)
+                    .map_err(|e| read_err("read the metadata log", e))?;
                 let Some(slice) = read.slice else { break };
                 let bytes = slice.read_to_vec().map_err(|e| read_err("read the metadata log", e))?;
                 let mut at = 0;
                 while at < bytes.len() {
-                    let (entry, used) = entry_codec::decode(&bytes[at..])
-                        .map_err(|e| read_err(&format!("decode the entry at offset {next}"), e))?;
+                    let header = annal_log::batch::BatchHeader::parse(&bytes[at..])
+                        .ok_or_else(|| read_err("read the metadata log", "truncated batch"))?;
+                    let (entry, used) = entry_codec::decode(&bytes[at..]).map_err(|e| {
+                        read_err(&format!("decode the entry at offset {}", header.base_offset), e)
+                    })?;
                     at += used;
-                    if entry.log_id.index as i64 >= next && (entry.log_id.index as i64) < to {
-                        assert_eq!(entry.log_id.index as i64, next, "the metadata log has a hole");
-                        next += 1;
-                        entries.push(entry);
+                    if header.next_offset() <= next {
+                        continue; // the read began inside an earlier batch
+                    }
+                    next = header.next_offset();
+                    if !f(entry, header.base_offset)? {
+                        return Ok(());
                     }
                 }
-                bytes_read += bytes.len();
             }
-            Ok(entries)
+            Ok(())
         })
     }
 
-    /// Removes every entry up to `purged` (inclusive) from the segments. If the log does not reach that far (a
-    /// snapshot installed past its end), the log is restarted empty at `purged + 1`.
+    /// Entries in `[start, end)` that the log holds, stopping after `bytes_max` bytes (at least one entry).
+    fn read_entries(&self, start: u64, end: u64, bytes_max: usize) -> Result<Vec<Entry>, StorageError> {
+        let from = self.shared.offsets.lock().range(start..end).next().map(|(_, o)| *o);
+        let Some(from) = from else { return Ok(Vec::new()) };
+        let mut entries = Vec::new();
+        let mut bytes_read = 0usize;
+        let mut expected = start;
+        self.scan(Some(from), |entry, _| {
+            if entry.log_id.index >= end {
+                return Ok(false);
+            }
+            if entry.log_id.index < expected {
+                return Ok(true);
+            }
+            assert_eq!(entry.log_id.index, expected.max(entry.log_id.index), "raft indexes only grow");
+            expected = entry.log_id.index + 1;
+            bytes_read += entry_bytes(&entry);
+            entries.push(entry);
+            Ok(bytes_read < bytes_max)
+        })?;
+        Ok(entries)
+    }
+
+    /// Removes every entry up to `purged` (inclusive) from the segments (all of them when the log does not
+    /// reach past it, as after installing a snapshot).
     fn purge_files(&self, purged: LogId<u64>) -> Result<(), StorageError> {
-        let new_start = i64::try_from(purged.index.saturating_add(1)).map_err(|e| io_err("purge", e))?;
-        let dir = self.shared.dir.clone();
         let mut guard = self.shared.log.lock();
         let log = guard.as_mut().ok_or_else(|| io_err("metadata log", "closed"))?;
-        if new_start <= log.log_end_offset() {
-            log.delete_records_before(new_start).map_err(|e| io_err("purge the metadata log", e))?;
-            return Ok(());
-        }
-        let config = log.config().clone();
-        let old = guard.take().expect("checked above");
-        old.close().map_err(|e| io_err("close the metadata log", e))?;
-        restart_log_files_at(&dir, new_start).map_err(|e| io_err("restart the metadata log", e))?;
-        let reopened = Log::open(&dir, config).map_err(|e| io_err("reopen the metadata log", e))?;
-        assert_eq!(reopened.log_start_offset(), new_start);
-        *guard = Some(reopened);
+        let mut offsets = self.shared.offsets.lock();
+        let new_start = offsets
+            .range(purged.index.saturating_add(1)..)
+            .next()
+            .map_or(log.log_end_offset(), |(_, o)| *o);
+        log.delete_records_before(new_start)
+            .map_err(|e| io_err("purge the metadata log", e))?;
+        offsets.retain(|&index, _| index > purged.index);
         Ok(())
     }
 }
 
-/// Deletes annal-log's files in `dir` (segments, indexes, producer snapshots, its checkpoint) and leaves one
-/// empty segment whose base offset is `base`, which `Log::open` takes as the log start. The quorum's own files
-/// (`quorum-state`, `*.checkpoint` snapshots) stay.
-fn restart_log_files_at(dir: &Path, base: i64) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let annal_log_file = name == "annal.checkpoint"
-            || name.split_once('.').is_some_and(|(stem, suffix)| {
-                stem.len() == 20
-                    && stem.bytes().all(|b| b.is_ascii_digit())
-                    && matches!(suffix, "log" | "index" | "timeindex" | "snapshot")
-            });
-        if annal_log_file {
-            std::fs::remove_file(entry.path())?;
-        }
+/// Bytes read from the log at a time when scanning.
+const SCAN_CHUNK_BYTES: usize = 1 << 20;
+
+/// About the bytes an entry takes on the wire (for bounding reads).
+fn entry_bytes(entry: &Entry) -> usize {
+    match &entry.payload {
+        openraft::EntryPayload::Normal(records) => records.iter().map(|r| r.len() + 8).sum::<usize>() + 128,
+        _ => 512,
     }
-    std::fs::File::create(dir.join(format!("{base:020}.log")))?.sync_all()?;
-    super::state_file::sync_dir(dir)
 }
 
 fn range_to_bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
@@ -279,10 +318,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), StorageError> {
-        let index = i64::try_from(log_id.index).map_err(|e| io_err("truncate", e))?;
+        let offset = self.shared.offsets.lock().get(&log_id.index).copied();
+        let Some(offset) = offset else {
+            return Ok(()); // nothing at or after that index
+        };
         self.with_log(|log| {
-            log.truncate_to(index).map_err(|e| io_err("truncate the metadata log", e))?;
-            log.flush().map_err(|e| io_err("flush the metadata log", e))
+            log.truncate_to(offset).map_err(|e| io_err("truncate the metadata log", e))?;
+            log.flush().map_err(|e| io_err("flush the metadata log", e))?;
+            self.shared.offsets.lock().retain(|&index, _| index < log_id.index);
+            Ok(())
         })?;
         let last = self.read_last_log_id()?;
         *self.shared.last_log_id.lock() = last;
@@ -307,22 +351,26 @@ impl LogStore {
             return Ok(());
         };
         self.with_log(|log| {
+            let mut offsets = self.shared.offsets.lock();
             for entry in entries {
                 let mut bytes = entry_codec::encode(entry).map_err(|e| io_err("encode an entry", e))?;
-                let expected = log.log_end_offset();
-                if entry.log_id.index as i64 != expected {
-                    return Err(io_err(
-                        "append",
-                        format!("entry index {} but the log ends at {expected}", entry.log_id.index),
-                    ));
+                if let Some((&last, _)) = offsets.iter().next_back() {
+                    if entry.log_id.index != last + 1 {
+                        return Err(io_err(
+                            "append",
+                            format!("entry {} after entry {last} would leave a hole", entry.log_id.index),
+                        ));
+                    }
                 }
+                let expected = log.log_end_offset();
                 let opts = annal_log::AppendOptions {
                     leader_epoch: entry.log_id.leader_id.term as i32,
                     origin: annal_log::AppendOrigin::Coordinator,
                     ..annal_log::AppendOptions::default()
                 };
                 let info = log.append(&mut bytes, &opts).map_err(|e| io_err("append to the metadata log", e))?;
-                assert_eq!(info.first_offset, expected, "base offset = raft index");
+                assert_eq!(info.first_offset, expected, "the log assigns the next offset");
+                offsets.insert(entry.log_id.index, info.first_offset);
             }
             // openraft requires appended entries to be durable before the callback.
             log.flush().map_err(|e| io_err("flush the metadata log", e))
