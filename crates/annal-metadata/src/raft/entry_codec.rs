@@ -50,12 +50,17 @@ pub(crate) fn encode(entry: &Entry) -> Result<Vec<u8>, String> {
         leader_node,
         kind,
     };
-    let header_value = serde_json::to_vec(&header).map_err(|e| format!("encode entry header: {e}"))?;
+    let header_value =
+        serde_json::to_vec(&header).map_err(|e| format!("encode entry header: {e}"))?;
     let mut kvs: Vec<batch::KeyValue<'_>> = Vec::with_capacity(records.len() + 1);
     kvs.push((Some(ENTRY_HEADER_KEY), Some(header_value.as_slice())));
     kvs.extend(records.iter().map(|r| (None, Some(r.as_slice()))));
-    let epoch = i32::try_from(entry.log_id.leader_id.term)
-        .map_err(|_| format!("raft term {} does not fit a Kafka leader epoch", entry.log_id.leader_id.term))?;
+    let epoch = i32::try_from(entry.log_id.leader_id.term).map_err(|_| {
+        format!(
+            "raft term {} does not fit a Kafka leader epoch",
+            entry.log_id.leader_id.term
+        )
+    })?;
     let mut bytes = batch::build_uncompressed_batch(&kvs, super::now_ms());
     batch::assign_offset(&mut bytes, 0, epoch);
     Ok(bytes)
@@ -66,7 +71,10 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<(Entry, usize), String> {
     let header = BatchHeader::parse(bytes).ok_or("truncated record batch header")?;
     let size = header.size();
     if size < HEADER_SIZE || size > bytes.len() {
-        return Err(format!("record batch of {size} bytes but {} available", bytes.len()));
+        return Err(format!(
+            "record batch of {size} bytes but {} available",
+            bytes.len()
+        ));
     }
     if header.compression() != Some(Compression::None) {
         return Err("compressed metadata batch (the quorum writes uncompressed ones)".into());
@@ -92,7 +100,8 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<(Entry, usize), String> {
             }
             let value = value.ok_or("entry header without a value")?;
             entry_header = Some(
-                serde_json::from_slice::<EntryHeader>(value).map_err(|e| format!("entry header: {e}"))?,
+                serde_json::from_slice::<EntryHeader>(value)
+                    .map_err(|e| format!("entry header: {e}"))?,
             );
         } else {
             values.push(value.ok_or("payload record without a value")?.to_vec());
@@ -105,7 +114,10 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<(Entry, usize), String> {
         EntryKind::Blank => EntryPayload::Blank,
         EntryKind::Membership(membership) => EntryPayload::Membership(membership),
     };
-    let log_id = LogId::new(CommittedLeaderId::new(term, entry_header.leader_node), entry_header.index);
+    let log_id = LogId::new(
+        CommittedLeaderId::new(term, entry_header.leader_node),
+        entry_header.index,
+    );
     Ok((Entry { log_id, payload }, size))
 }
 
@@ -119,9 +131,11 @@ fn parse_record(bytes: &[u8]) -> Result<ParsedRecord<'_>, String> {
         .get(used..used.saturating_add(length))
         .ok_or("record longer than its batch")?;
     let mut at = 1; // attributes
-    let (_, n) = batch::read_varlong(body.get(at..).ok_or("truncated record")?).ok_or("timestamp delta")?;
+    let (_, n) =
+        batch::read_varlong(body.get(at..).ok_or("truncated record")?).ok_or("timestamp delta")?;
     at += n;
-    let (_, n) = batch::read_varint(body.get(at..).ok_or("truncated record")?).ok_or("offset delta")?;
+    let (_, n) =
+        batch::read_varint(body.get(at..).ok_or("truncated record")?).ok_or("offset delta")?;
     at += n;
     let key = read_bytes_field(body, &mut at)?;
     let value = read_bytes_field(body, &mut at)?;
@@ -129,13 +143,16 @@ fn parse_record(bytes: &[u8]) -> Result<ParsedRecord<'_>, String> {
 }
 
 fn read_bytes_field<'a>(body: &'a [u8], at: &mut usize) -> Result<Option<&'a [u8]>, String> {
-    let (len, n) = batch::read_varint(body.get(*at..).ok_or("truncated record")?).ok_or("field length")?;
+    let (len, n) =
+        batch::read_varint(body.get(*at..).ok_or("truncated record")?).ok_or("field length")?;
     *at += n;
     if len < 0 {
         return Ok(None);
     }
     let end = at.saturating_add(len as usize);
-    let field = body.get(*at..end).ok_or("record field longer than its record")?;
+    let field = body
+        .get(*at..end)
+        .ok_or("record field longer than its record")?;
     *at = end;
     Ok(Some(field))
 }
@@ -152,7 +169,9 @@ mod tests {
     #[test]
     fn every_entry_kind_round_trips() {
         let nodes: std::collections::BTreeMap<u64, BasicNode> =
-            [(1, BasicNode::new("a:1")), (2, BasicNode::new("b:2"))].into_iter().collect();
+            [(1, BasicNode::new("a:1")), (2, BasicNode::new("b:2"))]
+                .into_iter()
+                .collect();
         let membership = Membership::new(vec![BTreeSet::from([1u64, 2])], nodes);
         for payload in [
             EntryPayload::Normal(vec![b"one".to_vec(), Vec::new(), vec![0u8; 300]]),
@@ -181,7 +200,10 @@ mod tests {
         };
         let bytes = encode(&entry).unwrap();
         for cut in 0..bytes.len() {
-            assert!(decode(&bytes[..cut]).is_err(), "a batch cut at {cut} decoded");
+            assert!(
+                decode(&bytes[..cut]).is_err(),
+                "a batch cut at {cut} decoded"
+            );
         }
         let mut flipped = bytes.clone();
         for i in HEADER_SIZE..flipped.len() {

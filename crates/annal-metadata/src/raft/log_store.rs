@@ -4,6 +4,9 @@
 //! snapshot, so it is at most `snapshot_every_entries` entries long). The vote, the committed log id and the
 //! purge point live in the `quorum-state` file beside the segments.
 
+// openraft's trait methods return its `StorageError` (over 200 bytes); the helpers share that type.
+#![allow(clippy::result_large_err)]
+
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
@@ -87,7 +90,9 @@ impl LogStore {
     /// True when this node has never taken part in a quorum (no vote, no entry, no snapshot).
     pub fn is_pristine(&self) -> bool {
         let state = self.shared.state.lock();
-        state.vote.is_none() && state.last_purged.is_none() && self.shared.last_log_id.lock().is_none()
+        state.vote.is_none()
+            && state.last_purged.is_none()
+            && self.shared.last_log_id.lock().is_none()
     }
 
     /// Flushes and closes the log cleanly; later calls fail.
@@ -99,7 +104,10 @@ impl LogStore {
         }
     }
 
-    fn with_log<T>(&self, f: impl FnOnce(&mut Log) -> Result<T, StorageError>) -> Result<T, StorageError> {
+    fn with_log<T>(
+        &self,
+        f: impl FnOnce(&mut Log) -> Result<T, StorageError>,
+    ) -> Result<T, StorageError> {
         let mut guard = self.shared.log.lock();
         let log = guard
             .as_mut()
@@ -134,7 +142,10 @@ impl LogStore {
                 if entry.log_id.index != prev + 1 {
                     return Err(read_err(
                         "open the metadata log",
-                        format!("entry {} follows entry {prev}: the log has a hole", entry.log_id.index),
+                        format!(
+                            "entry {} follows entry {prev}: the log has a hole",
+                            entry.log_id.index
+                        ),
                     ));
                 }
             }
@@ -154,19 +165,26 @@ impl LogStore {
     ) -> Result<(), StorageError> {
         self.with_log(|log| {
             let end = log.log_end_offset();
-            let mut next = from.unwrap_or(log.log_start_offset()).max(log.log_start_offset());
+            let mut next = from
+                .unwrap_or(log.log_start_offset())
+                .max(log.log_start_offset());
             while next < end {
                 let read = log
                     .read(next, SCAN_CHUNK_BYTES, None)
                     .map_err(|e| read_err("read the metadata log", e))?;
                 let Some(slice) = read.slice else { break };
-                let bytes = slice.read_to_vec().map_err(|e| read_err("read the metadata log", e))?;
+                let bytes = slice
+                    .read_to_vec()
+                    .map_err(|e| read_err("read the metadata log", e))?;
                 let mut at = 0;
                 while at < bytes.len() {
                     let header = annal_log::batch::BatchHeader::parse(&bytes[at..])
                         .ok_or_else(|| read_err("read the metadata log", "truncated batch"))?;
                     let (entry, used) = entry_codec::decode(&bytes[at..]).map_err(|e| {
-                        read_err(&format!("decode the entry at offset {}", header.base_offset), e)
+                        read_err(
+                            &format!("decode the entry at offset {}", header.base_offset),
+                            e,
+                        )
                     })?;
                     at += used;
                     if header.next_offset() <= next {
@@ -183,9 +201,22 @@ impl LogStore {
     }
 
     /// Entries in `[start, end)` that the log holds, stopping after `bytes_max` bytes (at least one entry).
-    fn read_entries(&self, start: u64, end: u64, bytes_max: usize) -> Result<Vec<Entry>, StorageError> {
-        let from = self.shared.offsets.lock().range(start..end).next().map(|(_, o)| *o);
-        let Some(from) = from else { return Ok(Vec::new()) };
+    fn read_entries(
+        &self,
+        start: u64,
+        end: u64,
+        bytes_max: usize,
+    ) -> Result<Vec<Entry>, StorageError> {
+        let from = self
+            .shared
+            .offsets
+            .lock()
+            .range(start..end)
+            .next()
+            .map(|(_, o)| *o);
+        let Some(from) = from else {
+            return Ok(Vec::new());
+        };
         let mut entries = Vec::new();
         let mut bytes_read = 0usize;
         let mut expected = start;
@@ -196,7 +227,11 @@ impl LogStore {
             if entry.log_id.index < expected {
                 return Ok(true);
             }
-            assert_eq!(entry.log_id.index, expected.max(entry.log_id.index), "raft indexes only grow");
+            assert_eq!(
+                entry.log_id.index,
+                expected.max(entry.log_id.index),
+                "raft indexes only grow"
+            );
             expected = entry.log_id.index + 1;
             bytes_read += entry_bytes(&entry);
             entries.push(entry);
@@ -209,7 +244,9 @@ impl LogStore {
     /// reach past it, as after installing a snapshot).
     fn purge_files(&self, purged: LogId<u64>) -> Result<(), StorageError> {
         let mut guard = self.shared.log.lock();
-        let log = guard.as_mut().ok_or_else(|| io_err("metadata log", "closed"))?;
+        let log = guard
+            .as_mut()
+            .ok_or_else(|| io_err("metadata log", "closed"))?;
         let mut offsets = self.shared.offsets.lock();
         let new_start = offsets
             .range(purged.index.saturating_add(1)..)
@@ -228,7 +265,9 @@ const SCAN_CHUNK_BYTES: usize = 1 << 20;
 /// About the bytes an entry takes on the wire (for bounding reads).
 fn entry_bytes(entry: &Entry) -> usize {
     match &entry.payload {
-        openraft::EntryPayload::Normal(records) => records.iter().map(|r| r.len() + 8).sum::<usize>() + 128,
+        openraft::EntryPayload::Normal(records) => {
+            records.iter().map(|r| r.len() + 8).sum::<usize>() + 128
+        }
         _ => 512,
     }
 }
@@ -256,7 +295,11 @@ impl RaftLogReader<TypeConfig> for LogStore {
         self.read_entries(start, end, usize::MAX)
     }
 
-    async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> Result<Vec<Entry>, StorageError> {
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<Entry>, StorageError> {
         // Bounded so one AppendEntries fits a transport frame.
         self.read_entries(start, end, self.shared.read_bytes_max)
     }
@@ -293,7 +336,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         Ok(self.shared.state.lock().committed)
     }
 
-    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
     where
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
@@ -323,9 +370,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             return Ok(()); // nothing at or after that index
         };
         self.with_log(|log| {
-            log.truncate_to(offset).map_err(|e| io_err("truncate the metadata log", e))?;
-            log.flush().map_err(|e| io_err("flush the metadata log", e))?;
-            self.shared.offsets.lock().retain(|&index, _| index < log_id.index);
+            log.truncate_to(offset)
+                .map_err(|e| io_err("truncate the metadata log", e))?;
+            log.flush()
+                .map_err(|e| io_err("flush the metadata log", e))?;
+            self.shared
+                .offsets
+                .lock()
+                .retain(|&index, _| index < log_id.index);
             Ok(())
         })?;
         let last = self.read_last_log_id()?;
@@ -338,7 +390,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.update_state(|s| s.last_purged = Some(log_id))?;
         self.purge_files(log_id)?;
         let mut last = self.shared.last_log_id.lock();
-        if last.map_or(true, |l| l.index < log_id.index) {
+        if !matches!(*last, Some(l) if l.index >= log_id.index) {
             *last = Some(log_id);
         }
         Ok(())
@@ -353,12 +405,16 @@ impl LogStore {
         self.with_log(|log| {
             let mut offsets = self.shared.offsets.lock();
             for entry in entries {
-                let mut bytes = entry_codec::encode(entry).map_err(|e| io_err("encode an entry", e))?;
+                let mut bytes =
+                    entry_codec::encode(entry).map_err(|e| io_err("encode an entry", e))?;
                 if let Some((&last, _)) = offsets.iter().next_back() {
                     if entry.log_id.index != last + 1 {
                         return Err(io_err(
                             "append",
-                            format!("entry {} after entry {last} would leave a hole", entry.log_id.index),
+                            format!(
+                                "entry {} after entry {last} would leave a hole",
+                                entry.log_id.index
+                            ),
                         ));
                     }
                 }
@@ -368,8 +424,13 @@ impl LogStore {
                     origin: annal_log::AppendOrigin::Coordinator,
                     ..annal_log::AppendOptions::default()
                 };
-                let info = log.append(&mut bytes, &opts).map_err(|e| io_err("append to the metadata log", e))?;
-                assert_eq!(info.first_offset, expected, "the log assigns the next offset");
+                let info = log
+                    .append(&mut bytes, &opts)
+                    .map_err(|e| io_err("append to the metadata log", e))?;
+                assert_eq!(
+                    info.first_offset, expected,
+                    "the log assigns the next offset"
+                );
                 offsets.insert(entry.log_id.index, info.first_offset);
             }
             // openraft requires appended entries to be durable before the callback.

@@ -66,7 +66,12 @@ pub struct QuorumConfig {
 impl QuorumConfig {
     /// Kafka's defaults where KRaft has one (`controller.quorum.election.timeout.ms` = 1000,
     /// `controller.quorum.fetch.timeout.ms` / 2 as heartbeat, `metadata.log.max.snapshot.interval` in entries).
-    pub fn new(node_id: u64, voters: BTreeMap<u64, String>, advertised_addr: String, data_dir: PathBuf) -> Self {
+    pub fn new(
+        node_id: u64,
+        voters: BTreeMap<u64, String>,
+        advertised_addr: String,
+        data_dir: PathBuf,
+    ) -> Self {
         QuorumConfig {
             node_id,
             voters,
@@ -182,11 +187,16 @@ fn validate(config: &QuorumConfig) -> Result<(), QuorumError> {
     {
         return bad(format!(
             "timeouts: need 0 < heartbeat ({}) < election min ({}) < election max ({}) ms",
-            config.heartbeat_interval_ms, config.election_timeout_min_ms, config.election_timeout_max_ms
+            config.heartbeat_interval_ms,
+            config.election_timeout_min_ms,
+            config.election_timeout_max_ms
         ));
     }
     if config.max_rpc_bytes < 64 * 1024 {
-        return bad(format!("max_rpc_bytes {} is below the 64 KiB minimum", config.max_rpc_bytes));
+        return bad(format!(
+            "max_rpc_bytes {} is below the 64 KiB minimum",
+            config.max_rpc_bytes
+        ));
     }
     if config.snapshot_every_entries == 0 {
         return bad("snapshot_every_entries must be at least 1".into());
@@ -198,7 +208,10 @@ impl Quorum {
     /// Opens the metadata log, restores the state machine from the newest snapshot and starts raft. A voter
     /// that finds no state initializes the quorum with the full voter set (every voter does so, which openraft
     /// allows when the sets agree); a node with state resumes; a learner waits for the leader's `add_learner`.
-    pub async fn start(config: QuorumConfig, sm: Arc<dyn StateMachine>) -> Result<Quorum, QuorumError> {
+    pub async fn start(
+        config: QuorumConfig,
+        sm: Arc<dyn StateMachine>,
+    ) -> Result<Quorum, QuorumError> {
         validate(&config)?;
         let dir = config.data_dir.join(METADATA_LOG_DIR);
         let max_entry_bytes = config.max_rpc_bytes / 2;
@@ -232,11 +245,18 @@ impl Quorum {
         .map_err(|e| QuorumError::Config(e.to_string()))?;
 
         let contacts = Arc::new(Contacts::default());
-        let connect_timeout = Duration::from_millis(config.election_timeout_min_ms.clamp(100, 3000));
+        let connect_timeout =
+            Duration::from_millis(config.election_timeout_min_ms.clamp(100, 3000));
         let network = Network::new(connect_timeout, config.max_rpc_bytes, contacts.clone());
-        let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log.clone(), sm_store)
-            .await
-            .map_err(|e| QuorumError::Raft(format!("start raft: {e}")))?;
+        let raft = Raft::new(
+            config.node_id,
+            Arc::new(raft_config),
+            network,
+            log.clone(),
+            sm_store,
+        )
+        .await
+        .map_err(|e| QuorumError::Raft(format!("start raft: {e}")))?;
 
         if pristine && config.voters.contains_key(&config.node_id) {
             let members: BTreeMap<u64, BasicNode> = config
@@ -288,7 +308,11 @@ impl Quorum {
         let limit = self.max_rpc_bytes / 2;
         // The JSON size is what travels (a byte costs up to 4); records are checked before encoding.
         let raw: usize = payload.iter().map(|r| r.len() + 8).sum();
-        let bytes = if raw > limit { raw } else { serde_json::to_vec(&payload).map_or(usize::MAX, |v| v.len()) };
+        let bytes = if raw > limit {
+            raw
+        } else {
+            serde_json::to_vec(&payload).map_or(usize::MAX, |v| v.len())
+        };
         if bytes + ENTRY_OVERHEAD_BYTES > limit {
             return Err(WriteError::TooLarge { bytes, limit });
         }
@@ -316,7 +340,9 @@ impl Quorum {
     pub async fn handle_rpc(&self, body: &[u8]) -> Vec<u8> {
         let response = match serde_json::from_slice::<RpcRequest>(body) {
             Err(e) => RpcResponse::BadRequest(format!("undecodable raft request: {e}")),
-            Ok(RpcRequest::AppendEntries(rpc)) => RpcResponse::AppendEntries(self.raft.append_entries(rpc).await),
+            Ok(RpcRequest::AppendEntries(rpc)) => {
+                RpcResponse::AppendEntries(self.raft.append_entries(rpc).await)
+            }
             Ok(RpcRequest::Vote(rpc)) => RpcResponse::Vote(self.raft.vote(rpc).await),
             Ok(RpcRequest::InstallSnapshot(rpc)) => {
                 RpcResponse::InstallSnapshot(self.raft.install_snapshot(rpc).await)
@@ -351,7 +377,9 @@ impl Quorum {
                 matched_index: if own {
                     m.last_log_index
                 } else {
-                    replication.and_then(|r| r.get(&node_id).copied().flatten()).map(|l| l.index)
+                    replication
+                        .and_then(|r| r.get(&node_id).copied().flatten())
+                        .map(|l| l.index)
                 },
                 last_contact_ms: if own && leading {
                     Some(now_ms())
@@ -386,8 +414,12 @@ impl Quorum {
 
 fn write_error(e: RaftError<u64, ClientWriteError<u64, BasicNode>>) -> WriteError {
     match e {
-        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => WriteError::NotLeader { leader: f.leader_id },
-        RaftError::APIError(ClientWriteError::ChangeMembershipError(c)) => WriteError::Other(c.to_string()),
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => WriteError::NotLeader {
+            leader: f.leader_id,
+        },
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(c)) => {
+            WriteError::Other(c.to_string())
+        }
         RaftError::Fatal(f) => WriteError::Stopped(f.to_string()),
     }
 }

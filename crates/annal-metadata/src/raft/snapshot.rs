@@ -3,13 +3,17 @@
 //! naming); its content is: magic, the openraft snapshot meta (JSON, length-prefixed), the state machine's
 //! bytes (length-prefixed), and a CRC32C of everything before it.
 
+// openraft's trait methods return its `StorageError` (over 200 bytes); the helpers share that type.
+#![allow(clippy::result_large_err)]
+
 use std::io::{Cursor, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
-    BasicNode, EntryPayload, LogId, RaftSnapshotBuilder, SnapshotMeta, StorageIOError, StoredMembership,
+    BasicNode, EntryPayload, LogId, RaftSnapshotBuilder, SnapshotMeta, StorageIOError,
+    StoredMembership,
 };
 use parking_lot::Mutex;
 
@@ -26,7 +30,8 @@ fn sm_err(context: &str, e: impl std::fmt::Display) -> StorageError {
 }
 
 fn snap_err(context: &str, e: impl std::fmt::Display) -> StorageError {
-    StorageIOError::write_snapshot(None, openraft::AnyError::error(format!("{context}: {e}"))).into()
+    StorageIOError::write_snapshot(None, openraft::AnyError::error(format!("{context}: {e}")))
+        .into()
 }
 
 /// What has been applied to the caller's state machine, as openraft sees it.
@@ -54,7 +59,9 @@ impl SmStore {
             last: None,
             membership: StoredMembership::default(),
         };
-        if let Some(path) = newest_checkpoint(dir).map_err(|e| format!("list {}: {e}", dir.display()))? {
+        if let Some(path) =
+            newest_checkpoint(dir).map_err(|e| format!("list {}: {e}", dir.display()))?
+        {
             let (meta, data) = read_checkpoint(&path)?;
             let index = meta.last_log_id.map_or(0, |l| l.index);
             sm.restore(index, &data)
@@ -85,7 +92,11 @@ impl RaftSnapshotBuilder<TypeConfig> for SmStore {
                 .last
                 .ok_or_else(|| snap_err("build a snapshot", "nothing has been applied"))?;
             // Blank and membership entries are not shown to the state machine, so it may be behind by those.
-            assert!(sm_index <= last.index, "the state machine applied {sm_index}, past raft's {}", last.index);
+            assert!(
+                sm_index <= last.index,
+                "the state machine applied {sm_index}, past raft's {}",
+                last.index
+            );
             let meta = Meta {
                 last_log_id: Some(last),
                 last_membership: applied.membership.clone(),
@@ -125,7 +136,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
         let mut responses = Vec::new();
         for entry in entries {
             assert!(
-                applied.last.map_or(true, |l| l.index < entry.log_id.index),
+                !matches!(applied.last, Some(l) if l.index >= entry.log_id.index),
                 "entry {} applied twice",
                 entry.log_id.index
             );
@@ -150,7 +161,11 @@ impl RaftStateMachine<TypeConfig> for SmStore {
         Ok(Box::new(Cursor::new(Vec::new())))
     }
 
-    async fn install_snapshot(&mut self, meta: &Meta, snapshot: Box<Cursor<Vec<u8>>>) -> Result<(), StorageError> {
+    async fn install_snapshot(
+        &mut self,
+        meta: &Meta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
         let dir = self.shared.dir.clone();
         let (meta2, data2) = (meta.clone(), data.clone());
@@ -173,15 +188,16 @@ impl RaftStateMachine<TypeConfig> for SmStore {
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
         let dir = self.shared.dir.clone();
-        let found = tokio::task::spawn_blocking(move || -> Result<Option<(Meta, Vec<u8>)>, String> {
-            match newest_checkpoint(&dir).map_err(|e| e.to_string())? {
-                Some(path) => read_checkpoint(&path).map(Some),
-                None => Ok(None),
-            }
-        })
-        .await
-        .map_err(|e| snap_err("snapshot task", e))?
-        .map_err(|e| snap_err("read the snapshot", e))?;
+        let found =
+            tokio::task::spawn_blocking(move || -> Result<Option<(Meta, Vec<u8>)>, String> {
+                match newest_checkpoint(&dir).map_err(|e| e.to_string())? {
+                    Some(path) => read_checkpoint(&path).map(Some),
+                    None => Ok(None),
+                }
+            })
+            .await
+            .map_err(|e| snap_err("snapshot task", e))?
+            .map_err(|e| snap_err("read the snapshot", e))?;
         Ok(found.map(|(meta, data)| Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(data)),
@@ -257,12 +273,17 @@ fn read_checkpoint(path: &Path) -> Result<(Meta, Vec<u8>), String> {
 }
 
 fn parse_checkpoint(bytes: &[u8]) -> Result<(Meta, Vec<u8>), String> {
-    let body_len = bytes.len().checked_sub(4).ok_or("shorter than its checksum")?;
+    let body_len = bytes
+        .len()
+        .checked_sub(4)
+        .ok_or("shorter than its checksum")?;
     let (body, crc) = bytes.split_at(body_len);
     if crc32c::crc32c(body) != u32::from_be_bytes(crc.try_into().map_err(|_| "checksum")?) {
         return Err("checksum mismatch".into());
     }
-    let rest = body.strip_prefix(MAGIC.as_slice()).ok_or("not a quorum snapshot (bad magic)")?;
+    let rest = body
+        .strip_prefix(MAGIC.as_slice())
+        .ok_or("not a quorum snapshot (bad magic)")?;
     let (len, rest) = split_len::<4>(rest)?;
     let meta_bytes = rest.get(..len).ok_or("truncated meta")?;
     let meta: Meta = serde_json::from_slice(meta_bytes).map_err(|e| format!("meta: {e}"))?;
@@ -302,7 +323,10 @@ mod tests {
             "00000000000000000017-0000000004.checkpoint"
         );
         let (read_meta, data) = read_checkpoint(&path).unwrap();
-        assert_eq!((read_meta, data.as_slice()), (meta, b"state bytes".as_slice()));
+        assert_eq!(
+            (read_meta, data.as_slice()),
+            (meta, b"state bytes".as_slice())
+        );
         let bytes = std::fs::read(&path).unwrap();
         for cut in 0..bytes.len() {
             assert!(parse_checkpoint(&bytes[..cut]).is_err());

@@ -58,7 +58,10 @@ mod tests {
     #[test]
     fn state_round_trips_and_garbage_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(QuorumState::read(dir.path()).unwrap(), QuorumState::default());
+        assert_eq!(
+            QuorumState::read(dir.path()).unwrap(),
+            QuorumState::default()
+        );
         let state = QuorumState {
             vote: Some(Vote::new(3, 1)),
             committed: Some(LogId::new(CommittedLeaderId::new(3, 1), 9)),

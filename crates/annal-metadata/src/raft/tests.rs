@@ -30,7 +30,12 @@ struct VecSmState {
 
 impl VecSm {
     fn values(&self) -> Vec<Vec<u8>> {
-        self.inner.lock().records.iter().map(|(_, r)| r.clone()).collect()
+        self.inner
+            .lock()
+            .records
+            .iter()
+            .map(|(_, r)| r.clone())
+            .collect()
     }
 }
 
@@ -46,11 +51,15 @@ impl StateMachine for VecSm {
 
     fn snapshot(&self) -> (u64, Vec<u8>) {
         let s = self.inner.lock();
-        (s.last_index.unwrap_or(0), serde_json::to_vec(&s.records).unwrap())
+        (
+            s.last_index.unwrap_or(0),
+            serde_json::to_vec(&s.records).unwrap(),
+        )
     }
 
     fn restore(&self, index: u64, data: &[u8]) -> Result<(), String> {
-        let records: Vec<(u64, Vec<u8>)> = serde_json::from_slice(data).map_err(|e| e.to_string())?;
+        let records: Vec<(u64, Vec<u8>)> =
+            serde_json::from_slice(data).map_err(|e| e.to_string())?;
         let mut s = self.inner.lock();
         s.records = records;
         s.last_index = Some(index);
@@ -75,21 +84,36 @@ impl Node {
     }
 }
 
-fn config(id: u64, voters: &BTreeMap<u64, String>, addr: &str, root: &Path, snapshot_every: u64) -> QuorumConfig {
+fn config(
+    id: u64,
+    voters: &BTreeMap<u64, String>,
+    addr: &str,
+    root: &Path,
+    snapshot_every: u64,
+) -> QuorumConfig {
     QuorumConfig {
         election_timeout_min_ms: 200,
         election_timeout_max_ms: 400,
         heartbeat_interval_ms: 50,
         snapshot_every_entries: snapshot_every,
         max_rpc_bytes: 1 << 20,
-        ..QuorumConfig::new(id, voters.clone(), addr.to_string(), root.join(format!("node-{id}")))
+        ..QuorumConfig::new(
+            id,
+            voters.clone(),
+            addr.to_string(),
+            root.join(format!("node-{id}")),
+        )
     }
 }
 
 async fn start_node(config: QuorumConfig, listener: TcpListener) -> Node {
     let sm = Arc::new(VecSm::default());
     let id = config.node_id;
-    let quorum = Arc::new(Quorum::start(config, sm.clone()).await.expect("start the quorum"));
+    let quorum = Arc::new(
+        Quorum::start(config, sm.clone())
+            .await
+            .expect("start the quorum"),
+    );
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let server = tokio::spawn(serve(listener, quorum.clone(), stop_rx));
     Node {
@@ -140,7 +164,13 @@ impl Cluster {
         }
         let mut nodes = Vec::new();
         for (id, l) in listeners {
-            nodes.push(start_node(config(id, &voters, &voters[&id], root.path(), snapshot_every), l).await);
+            nodes.push(
+                start_node(
+                    config(id, &voters, &voters[&id], root.path(), snapshot_every),
+                    l,
+                )
+                .await,
+            );
         }
         Cluster {
             root,
@@ -151,7 +181,10 @@ impl Cluster {
     }
 
     fn node(&self, id: u64) -> &Node {
-        self.nodes.iter().find(|n| n.id == id).expect("a running node")
+        self.nodes
+            .iter()
+            .find(|n| n.id == id)
+            .expect("a running node")
     }
 
     async fn leader(&self) -> u64 {
@@ -173,12 +206,25 @@ impl Cluster {
     async fn restart(&mut self, id: u64) {
         let addr = self.voters[&id].clone();
         let l = rebind(&addr).await;
-        let node = start_node(config(id, &self.voters, &addr, self.root.path(), self.snapshot_every), l).await;
+        let node = start_node(
+            config(
+                id,
+                &self.voters,
+                &addr,
+                self.root.path(),
+                self.snapshot_every,
+            ),
+            l,
+        )
+        .await;
         self.nodes.push(node);
     }
 
     fn dir(&self, id: u64) -> PathBuf {
-        self.root.path().join(format!("node-{id}")).join(METADATA_LOG_DIR)
+        self.root
+            .path()
+            .join(format!("node-{id}"))
+            .join(METADATA_LOG_DIR)
     }
 }
 
@@ -213,9 +259,10 @@ fn record(i: usize) -> Vec<u8> {
 }
 
 async fn wait_applied(node: &Node, expected: &[Vec<u8>]) {
-    wait_for(&format!("node {} to apply {} records", node.id, expected.len()), || {
-        (node.sm.values() == expected).then_some(())
-    })
+    wait_for(
+        &format!("node {} to apply {} records", node.id, expected.len()),
+        || (node.sm.values() == expected).then_some(()),
+    )
     .await;
 }
 
@@ -242,14 +289,19 @@ async fn three_voters_elect_replicate_and_fail_over() {
     let follower = cluster.nodes.iter().find(|n| n.id != leader).unwrap();
     assert_eq!(
         follower.quorum.write(vec![b"nope".to_vec()]).await,
-        Err(WriteError::NotLeader { leader: Some(leader) })
+        Err(WriteError::NotLeader {
+            leader: Some(leader)
+        })
     );
 
     let status = cluster.node(leader).quorum.status();
     assert_eq!(status.leader_id, Some(leader));
     assert!(status.term >= 1);
     assert!(status.high_watermark >= Some(last_index));
-    assert_eq!(status.voters.iter().map(|v| v.node_id).collect::<Vec<_>>(), vec![1, 2, 3]);
+    assert_eq!(
+        status.voters.iter().map(|v| v.node_id).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
     assert!(status.observers.is_empty());
     for voter in &status.voters {
         wait_for("followers to match", || {
@@ -265,7 +317,10 @@ async fn three_voters_elect_replicate_and_fail_over() {
     cluster.stop(leader).await;
     let new_leader = cluster.leader().await;
     assert_ne!(new_leader, leader);
-    assert!(cluster.node(new_leader).quorum.status().term > old_term, "a new leader has a new epoch");
+    assert!(
+        cluster.node(new_leader).quorum.status().term > old_term,
+        "a new leader has a new epoch"
+    );
     assert_eq!(*watch.borrow_and_update(), Some(new_leader));
 
     let payload = vec![record(100)];
@@ -292,7 +347,12 @@ async fn restarted_nodes_recover_their_log_and_snapshot() {
         wait_applied(node, &expected).await;
     }
     // Snapshots were taken and the log purged under them.
-    let follower = cluster.nodes.iter().find(|n| !n.quorum.is_leader()).unwrap().id;
+    let follower = cluster
+        .nodes
+        .iter()
+        .find(|n| !n.quorum.is_leader())
+        .unwrap()
+        .id;
     let dir = cluster.dir(follower);
     wait_for("a snapshot file", || {
         std::fs::read_dir(&dir)
@@ -302,7 +362,10 @@ async fn restarted_nodes_recover_their_log_and_snapshot() {
             .then_some(())
     })
     .await;
-    wait_for("the log purged", || cluster.node(follower).quorum.raft.metrics().borrow().purged).await;
+    wait_for("the log purged", || {
+        cluster.node(follower).quorum.raft.metrics().borrow().purged
+    })
+    .await;
 
     // One follower restarts from its directory and catches up with what it missed.
     cluster.stop(follower).await;
@@ -347,26 +410,54 @@ async fn a_learner_added_later_gets_everything_through_a_snapshot() {
     }
     let leader = cluster.leader().await;
     wait_for("the leader's log purged", || {
-        cluster.node(leader).quorum.raft.metrics().borrow().purged.filter(|p| p.index >= 3)
+        cluster
+            .node(leader)
+            .quorum
+            .raft
+            .metrics()
+            .borrow()
+            .purged
+            .filter(|p| p.index >= 3)
     })
     .await;
 
     let (listener, addr) = bind_any().await;
-    let learner = start_node(config(4, &cluster.voters, &addr, cluster.root.path(), 3), listener).await;
+    let learner = start_node(
+        config(4, &cluster.voters, &addr, cluster.root.path(), 3),
+        listener,
+    )
+    .await;
     assert!(!learner.quorum.is_leader());
-    cluster.node(leader).quorum.add_learner(4, addr).await.expect("add the learner");
+    cluster
+        .node(leader)
+        .quorum
+        .add_learner(4, addr)
+        .await
+        .expect("add the learner");
     wait_applied(&learner, &expected).await;
-    assert!(learner.sm.inner.lock().restores >= 1, "the learner was sent a snapshot");
+    assert!(
+        learner.sm.inner.lock().restores >= 1,
+        "the learner was sent a snapshot"
+    );
 
     expected.push(record(99));
     write(&cluster, vec![record(99)]).await;
     wait_applied(&learner, &expected).await;
     let status = cluster.node(leader).quorum.status();
-    assert_eq!(status.observers.iter().map(|o| o.node_id).collect::<Vec<_>>(), vec![4]);
+    assert_eq!(
+        status
+            .observers
+            .iter()
+            .map(|o| o.node_id)
+            .collect::<Vec<_>>(),
+        vec![4]
+    );
     assert_eq!(learner.quorum.leader(), Some(leader));
     assert_eq!(
         learner.quorum.write(vec![b"x".to_vec()]).await,
-        Err(WriteError::NotLeader { leader: Some(leader) })
+        Err(WriteError::NotLeader {
+            leader: Some(leader)
+        })
     );
     learner.stop().await;
     for node in std::mem::take(&mut cluster.nodes) {
@@ -380,35 +471,62 @@ async fn garbage_rpcs_are_refused_without_harm() {
     let (listener, addr) = bind_any().await;
     let voters = BTreeMap::from([(1u64, addr.clone())]);
     let node = start_node(config(1, &voters, &addr, root.path(), 100), listener).await;
-    wait_for("a single-voter leader", || node.quorum.is_leader().then_some(())).await;
+    wait_for("a single-voter leader", || {
+        node.quorum.is_leader().then_some(())
+    })
+    .await;
 
     // A garbage body is answered with an error, not a panic.
     let answer = node.quorum.handle_rpc(b"\xff\x00 not json").await;
-    assert!(matches!(serde_json::from_slice(&answer), Ok(RpcResponse::BadRequest(_))));
+    assert!(matches!(
+        serde_json::from_slice(&answer),
+        Ok(RpcResponse::BadRequest(_))
+    ));
 
     // On the wire: a well-framed request with a garbage body gets an answer; bad frames close the connection.
     let mut stream = TcpStream::connect(&addr).await.unwrap();
-    stream.write_all(&transport::encode_request_frame(5, b"{\"Vote\":12}")).await.unwrap();
+    stream
+        .write_all(&transport::encode_request_frame(5, b"{\"Vote\":12}"))
+        .await
+        .unwrap();
     let size = stream.read_i32().await.unwrap();
     let mut body = vec![0u8; size as usize];
     stream.read_exact(&mut body).await.unwrap();
     assert_eq!(i32::from_be_bytes(body[..4].try_into().unwrap()), 5);
-    assert!(matches!(serde_json::from_slice(&body[4..]), Ok(RpcResponse::BadRequest(_))));
+    assert!(matches!(
+        serde_json::from_slice(&body[4..]),
+        Ok(RpcResponse::BadRequest(_))
+    ));
     for frame in [
-        vec![0x7f, 0xff, 0xff, 0xff],                 // 2 GiB frame
-        vec![0xff, 0xff, 0xff, 0xff],                 // negative size
-        vec![0, 0, 0, 3, 1, 2, 3],                    // shorter than a header
-        [&[0u8, 0, 0, 12][..], &[0, 18, 0, 0, 0, 0, 0, 1, 0x7f, 0xff, 0, 0]].concat(), // client id overruns
+        vec![0x7f, 0xff, 0xff, 0xff], // 2 GiB frame
+        vec![0xff, 0xff, 0xff, 0xff], // negative size
+        vec![0, 0, 0, 3, 1, 2, 3],    // shorter than a header
+        [
+            &[0u8, 0, 0, 12][..],
+            &[0, 18, 0, 0, 0, 0, 0, 1, 0x7f, 0xff, 0, 0],
+        ]
+        .concat(), // client id overruns
         [&[0u8, 0, 0, 11][..], &[0, 3, 0, 0, 0, 0, 0, 1, 0, 0, 0]].concat(), // another api key
     ] {
         let mut stream = TcpStream::connect(&addr).await.unwrap();
         stream.write_all(&frame).await.unwrap();
         let mut buf = [0u8; 16];
-        let read = tokio::time::timeout(WAIT_MAX, stream.read(&mut buf)).await.expect("the server closes");
-        assert!(matches!(read, Ok(0) | Err(_)), "a bad frame is answered by closing");
+        let read = tokio::time::timeout(WAIT_MAX, stream.read(&mut buf))
+            .await
+            .expect("the server closes");
+        assert!(
+            matches!(read, Ok(0) | Err(_)),
+            "a bad frame is answered by closing"
+        );
     }
 
-    assert_eq!(node.quorum.write(vec![b"still fine".to_vec()]).await.map(|_| ()), Ok(()));
+    assert_eq!(
+        node.quorum
+            .write(vec![b"still fine".to_vec()])
+            .await
+            .map(|_| ()),
+        Ok(())
+    );
     assert_eq!(node.sm.values(), vec![b"still fine".to_vec()]);
     node.stop().await;
 }
@@ -425,6 +543,9 @@ async fn bad_configuration_is_refused() {
     let mut timeouts = config(1, &voters, "", root.path(), 10);
     timeouts.heartbeat_interval_ms = 500;
     for bad in [no_voters, unknown, timeouts] {
-        assert!(matches!(Quorum::start(bad, sm.clone()).await, Err(QuorumError::Config(_))));
+        assert!(matches!(
+            Quorum::start(bad, sm.clone()).await,
+            Err(QuorumError::Config(_))
+        ));
     }
 }

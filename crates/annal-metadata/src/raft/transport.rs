@@ -5,6 +5,9 @@
 //! JSON (serde_json, already a workspace dependency) is self-describing and its decoder allocates no more than
 //! the bytes it reads; byte arrays cost up to 4x, which is why snapshot chunks are a fifth of a frame.
 
+// openraft's network trait returns its `RPCError` (over 200 bytes); the helpers share that type.
+#![allow(clippy::result_large_err)]
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
@@ -15,8 +18,8 @@ use openraft::error::{
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
-    VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
 };
 use openraft::BasicNode;
 use parking_lot::Mutex;
@@ -51,8 +54,10 @@ pub(crate) enum RpcResponse {
 
 pub(crate) fn encode_response(response: &RpcResponse) -> Vec<u8> {
     serde_json::to_vec(response).unwrap_or_else(|e| {
-        serde_json::to_vec(&RpcResponse::BadRequest(format!("encode the response: {e}")))
-            .expect("a string always encodes")
+        serde_json::to_vec(&RpcResponse::BadRequest(format!(
+            "encode the response: {e}"
+        )))
+        .expect("a string always encodes")
     })
 }
 
@@ -84,7 +89,11 @@ struct NetShared {
 }
 
 impl Network {
-    pub fn new(connect_timeout: Duration, max_rpc_bytes: usize, contacts: Arc<Contacts>) -> Network {
+    pub fn new(
+        connect_timeout: Duration,
+        max_rpc_bytes: usize,
+        contacts: Arc<Contacts>,
+    ) -> Network {
         Network {
             shared: Arc::new(NetShared {
                 idle: Mutex::new(HashMap::new()),
@@ -131,12 +140,16 @@ impl CallError {
 }
 
 fn protocol_error(message: String) -> CallError {
-    CallError::Network(std::io::Error::new(std::io::ErrorKind::InvalidData, message))
+    CallError::Network(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        message,
+    ))
 }
 
 impl PeerClient {
     async fn call(&self, request: &RpcRequest, ttl: Duration) -> Result<RpcResponse, CallError> {
-        let body = serde_json::to_vec(request).map_err(|e| protocol_error(format!("encode: {e}")))?;
+        let body =
+            serde_json::to_vec(request).map_err(|e| protocol_error(format!("encode: {e}")))?;
         let correlation_id = self.shared.correlation.fetch_add(1, Ordering::Relaxed);
         let frame = encode_request_frame(correlation_id, &body);
         if frame.len() - 4 > self.shared.max_rpc_bytes {
@@ -157,20 +170,32 @@ impl PeerClient {
             Err(_) => {
                 return Err(CallError::Network(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
-                    format!("raft RPC to node {} at {} timed out after {ttl:?}", self.target, self.addr),
+                    format!(
+                        "raft RPC to node {} at {} timed out after {ttl:?}",
+                        self.target, self.addr
+                    ),
                 )))
             }
         };
         self.checkin(stream);
         self.shared.contacts.touch(self.target);
-        serde_json::from_slice(&body).map_err(|e| protocol_error(format!("decode the response: {e}")))
+        serde_json::from_slice(&body)
+            .map_err(|e| protocol_error(format!("decode the response: {e}")))
     }
 
     async fn checkout(&self) -> Result<TcpStream, CallError> {
-        if let Some(stream) = self.shared.idle.lock().get_mut(&self.addr).and_then(Vec::pop) {
+        if let Some(stream) = self
+            .shared
+            .idle
+            .lock()
+            .get_mut(&self.addr)
+            .and_then(Vec::pop)
+        {
             return Ok(stream);
         }
-        match tokio::time::timeout(self.shared.connect_timeout, TcpStream::connect(&self.addr)).await {
+        match tokio::time::timeout(self.shared.connect_timeout, TcpStream::connect(&self.addr))
+            .await
+        {
             Ok(Ok(stream)) => {
                 let _ = stream.set_nodelay(true);
                 Ok(stream)
@@ -178,7 +203,10 @@ impl PeerClient {
             Ok(Err(e)) => Err(CallError::Unreachable(e)),
             Err(_) => Err(CallError::Unreachable(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
-                format!("connecting to node {} at {} timed out", self.target, self.addr),
+                format!(
+                    "connecting to node {} at {} timed out",
+                    self.target, self.addr
+                ),
             ))),
         }
     }
@@ -213,7 +241,10 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        match self.call(&RpcRequest::AppendEntries(rpc), option.hard_ttl()).await {
+        match self
+            .call(&RpcRequest::AppendEntries(rpc), option.hard_ttl())
+            .await
+        {
             Ok(RpcResponse::AppendEntries(r)) => self.remote(r),
             Ok(other) => Err(unexpected(other)),
             Err(e) => Err(e.into_rpc()),
@@ -224,8 +255,14 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         &mut self,
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<InstallSnapshotResponse<u64>, RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>> {
-        match self.call(&RpcRequest::InstallSnapshot(rpc), option.hard_ttl()).await {
+    ) -> Result<
+        InstallSnapshotResponse<u64>,
+        RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>,
+    > {
+        match self
+            .call(&RpcRequest::InstallSnapshot(rpc), option.hard_ttl())
+            .await
+        {
             Ok(RpcResponse::InstallSnapshot(r)) => self.remote(r),
             Ok(other) => Err(unexpected(other)),
             Err(e) => Err(e.into_rpc()),
@@ -247,7 +284,8 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 
 /// size, api key, version 0, correlation id, client id (int16 length + bytes), empty tagged fields, body.
 pub(crate) fn encode_request_frame(correlation_id: i32, body: &[u8]) -> Vec<u8> {
-    let mut frame = Vec::with_capacity(4 + REQUEST_HEADER_BYTES_MIN + CLIENT_ID.len() + 1 + body.len());
+    let mut frame =
+        Vec::with_capacity(4 + REQUEST_HEADER_BYTES_MIN + CLIENT_ID.len() + 1 + body.len());
     frame.extend_from_slice(&[0; 4]);
     frame.extend_from_slice(&RAFT_RPC_API_KEY.to_be_bytes());
     frame.extend_from_slice(&0i16.to_be_bytes());
@@ -275,7 +313,11 @@ async fn read_frame(stream: &mut TcpStream, min: usize, max: usize) -> std::io::
     Ok(frame)
 }
 
-async fn read_response(stream: &mut TcpStream, correlation_id: i32, max: usize) -> std::io::Result<Vec<u8>> {
+async fn read_response(
+    stream: &mut TcpStream,
+    correlation_id: i32,
+    max: usize,
+) -> std::io::Result<Vec<u8>> {
     let mut frame = read_frame(stream, 4, max).await?;
     let got = i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]);
     if got != correlation_id {
@@ -312,9 +354,11 @@ pub(crate) fn parse_request(frame: &[u8]) -> Result<(RequestHeader, &[u8]), Stri
     let (tagged_count, n) = read_uvarint(&frame[at..]).ok_or("bad tagged fields")?;
     at += n;
     for _ in 0..tagged_count {
-        let (_tag, n) = read_uvarint(frame.get(at..).ok_or("truncated tagged field")?).ok_or("bad tag")?;
+        let (_tag, n) =
+            read_uvarint(frame.get(at..).ok_or("truncated tagged field")?).ok_or("bad tag")?;
         at += n;
-        let (size, n) = read_uvarint(frame.get(at..).ok_or("truncated tagged field")?).ok_or("bad tag size")?;
+        let (size, n) =
+            read_uvarint(frame.get(at..).ok_or("truncated tagged field")?).ok_or("bad tag size")?;
         at = at
             .checked_add(n)
             .and_then(|a| a.checked_add(size as usize))
@@ -338,7 +382,11 @@ fn read_uvarint(bytes: &[u8]) -> Option<(u32, usize)> {
 /// Serves raft RPCs on `listener` until `stop` turns true (or its sender is dropped). For tests and for a
 /// controller-only node; a broker routes [`RAFT_RPC_API_KEY`] on its CONTROLLER listener to
 /// [`Quorum::handle_rpc`] instead.
-pub async fn serve(listener: TcpListener, quorum: Arc<Quorum>, mut stop: tokio::sync::watch::Receiver<bool>) {
+pub async fn serve(
+    listener: TcpListener,
+    quorum: Arc<Quorum>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
     loop {
         if *stop.borrow() {
             return;
@@ -359,7 +407,11 @@ pub async fn serve(listener: TcpListener, quorum: Arc<Quorum>, mut stop: tokio::
     }
 }
 
-async fn serve_connection(mut stream: TcpStream, quorum: Arc<Quorum>, mut stop: tokio::sync::watch::Receiver<bool>) {
+async fn serve_connection(
+    mut stream: TcpStream,
+    quorum: Arc<Quorum>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
     let max = quorum.max_rpc_bytes();
     loop {
         let frame = tokio::select! {
@@ -378,7 +430,11 @@ async fn serve_connection(mut stream: TcpStream, quorum: Arc<Quorum>, mut stop: 
         let (header, body) = match parse_request(&frame) {
             Ok((h, b)) if h.api_key == RAFT_RPC_API_KEY && h.api_version == 0 => (h, b),
             Ok((h, _)) => {
-                tracing::debug!(api_key = h.api_key, version = h.api_version, "not a raft request; closing");
+                tracing::debug!(
+                    api_key = h.api_key,
+                    version = h.api_version,
+                    "not a raft request; closing"
+                );
                 return;
             }
             Err(reason) => {
