@@ -88,28 +88,27 @@ impl RaftSnapshotBuilder<TypeConfig> for SmStore {
         let (meta, data) = {
             let applied = self.shared.applied.lock();
             let (sm_index, data) = self.shared.sm.snapshot();
-            let last = applied
-                .last
-                .ok_or_else(|| snap_err("build a snapshot", "nothing has been applied"))?;
             // Blank and membership entries are not shown to the state machine, so it may be behind by those.
-            assert!(
-                sm_index <= last.index,
-                "the state machine applied {sm_index}, past raft's {}",
-                last.index
-            );
+            let raft_index = applied.last.map_or(0, |l| l.index);
+            assert!(sm_index <= raft_index, "the state machine applied {sm_index}, past raft's {raft_index}");
             let meta = Meta {
-                last_log_id: Some(last),
+                last_log_id: applied.last,
                 last_membership: applied.membership.clone(),
-                snapshot_id: format!("{}-{}", last.index, last.leader_id.term),
+                snapshot_id: applied
+                    .last
+                    .map_or_else(|| "empty".to_string(), |l| format!("{}-{}", l.index, l.leader_id.term)),
             };
             (meta, data)
         };
-        let dir = self.shared.dir.clone();
-        let (meta2, data2) = (meta.clone(), data.clone());
-        tokio::task::spawn_blocking(move || write_checkpoint(&dir, &meta2, &data2))
-            .await
-            .map_err(|e| snap_err("snapshot task", e))?
-            .map_err(|e| snap_err("write the snapshot", e))?;
+        if meta.last_log_id.is_some() {
+            // A snapshot of nothing is not worth a file: a restart starts from nothing anyway.
+            let dir = self.shared.dir.clone();
+            let (meta2, data2) = (meta.clone(), data.clone());
+            tokio::task::spawn_blocking(move || write_checkpoint(&dir, &meta2, &data2))
+                .await
+                .map_err(|e| snap_err("snapshot task", e))?
+                .map_err(|e| snap_err("write the snapshot", e))?;
+        }
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(data)),

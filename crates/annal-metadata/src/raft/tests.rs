@@ -549,3 +549,26 @@ async fn bad_configuration_is_refused() {
         ));
     }
 }
+
+/// openraft's own conformance suite for storage implementations, run against the metadata log store and the
+/// state machine bridge.
+struct SuiteBuilder;
+
+impl openraft::testing::StoreBuilder<types::TypeConfig, log_store::LogStore, snapshot::SmStore, tempfile::TempDir>
+    for SuiteBuilder
+{
+    async fn build(
+        &self,
+    ) -> Result<(tempfile::TempDir, log_store::LogStore, snapshot::SmStore), types::StorageError> {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let fail = |e: String| types::StorageError::from(openraft::StorageIOError::write(openraft::AnyError::error(e)));
+        let log = log_store::LogStore::open(dir.path(), 1 << 20).map_err(fail)?;
+        let sm = snapshot::SmStore::open(dir.path(), Arc::new(VecSm::default())).map_err(fail)?;
+        Ok((dir, log, sm))
+    }
+}
+
+#[test]
+fn openraft_storage_suite_passes() {
+    openraft::testing::Suite::test_all(SuiteBuilder).expect("openraft's storage suite");
+}
