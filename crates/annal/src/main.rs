@@ -1,7 +1,6 @@
 //! The `annal` binary: `annal serve` runs the broker; the other commands are Kafka-protocol clients.
 
 mod cli;
-mod client;
 mod dump;
 mod partitioner;
 

@@ -8,10 +8,7 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
-
+use annal_client::{Connection, ConnectionOptions};
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{
     consumer_protocol_assignment::TopicPartition as AssignedTopic,
@@ -20,11 +17,11 @@ use kafka_protocol::messages::{
     leave_group_request::MemberIdentity,
     produce_request::{PartitionProduceData, TopicProduceData},
     sync_group_request::SyncGroupRequestAssignment,
-    ApiKey, ConsumerProtocolAssignment, ConsumerProtocolSubscription, DeleteRecordsRequest,
+    ConsumerProtocolAssignment, ConsumerProtocolSubscription, DeleteRecordsRequest,
     FindCoordinatorRequest, GroupId, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
-    ProduceRequest, RequestHeader, ResponseHeader, SyncGroupRequest, TopicName,
+    ProduceRequest, SyncGroupRequest, TopicName,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use kafka_protocol::protocol::{Encodable, Request, StrBytes};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
@@ -34,50 +31,33 @@ use support::*;
 const MEMBER_CLIENT_ID: &str = "annal-test-member";
 const MEMBER_ID_REQUIRED: i16 = 79;
 
-/// One blocking Kafka-protocol connection for the raw parts of a test.
+/// One blocking Kafka-protocol connection for the raw parts of a test: `annal_client`'s connection, driven by a
+/// runtime of its own so the test stays synchronous.
 struct Raw {
-    stream: TcpStream,
-    correlation_id: i32,
+    runtime: tokio::runtime::Runtime,
+    conn: Connection,
 }
 
 impl Raw {
     fn connect(addr: &str) -> Raw {
-        let stream = TcpStream::connect(addr).expect("connect to broker");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(60)))
-            .unwrap();
-        Raw {
-            stream,
-            correlation_id: 0,
-        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("test runtime");
+        let options = ConnectionOptions {
+            client_id: MEMBER_CLIENT_ID.to_string(),
+            ..ConnectionOptions::default()
+        };
+        let conn = runtime
+            .block_on(Connection::connect_with(addr, options))
+            .expect("connect to broker");
+        Raw { runtime, conn }
     }
 
     fn send<R: Request>(&mut self, version: i16, request: &R) -> R::Response {
-        let key = ApiKey::try_from(R::KEY).unwrap();
-        self.correlation_id += 1;
-        let header = RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(self.correlation_id)
-            .with_client_id(Some(StrBytes::from_static_str(MEMBER_CLIENT_ID)));
-        let mut buf = BytesMut::new();
-        buf.extend_from_slice(&[0; 4]);
-        header
-            .encode(&mut buf, key.request_header_version(version))
-            .unwrap();
-        request.encode(&mut buf, version).unwrap();
-        let len = (buf.len() - 4) as i32;
-        buf[..4].copy_from_slice(&len.to_be_bytes());
-        self.stream.write_all(&buf).unwrap();
-        let mut len = [0u8; 4];
-        self.stream.read_exact(&mut len).unwrap();
-        let mut body = vec![0u8; i32::from_be_bytes(len) as usize];
-        self.stream.read_exact(&mut body).unwrap();
-        let mut body = Bytes::from(body);
-        let header =
-            ResponseHeader::decode(&mut body, key.response_header_version(version)).unwrap();
-        assert_eq!(header.correlation_id, self.correlation_id);
-        R::Response::decode(&mut body, version).unwrap()
+        self.runtime
+            .block_on(self.conn.send_version(request, version))
+            .unwrap_or_else(|e| panic!("request failed: {e:#}"))
     }
 }
 

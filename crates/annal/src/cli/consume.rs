@@ -10,9 +10,9 @@ use clap::Args;
 
 use super::output::{format_record, Format};
 use super::{connect, BrokerArgs};
-use crate::client::batch::decode_fetched;
-use crate::client::errors::{self, error_name};
-use crate::client::{Client, TopicMetadata, EARLIEST, LATEST};
+use annal_client::decode_fetched;
+use annal_client::errors::{self, error_name};
+use annal_client::{Client, TopicMetadata, EARLIEST, LATEST};
 
 const PARTITION_MAX_BYTES: i32 = 1024 * 1024;
 /// A single batch larger than this is refused rather than fetched (Kafka's message.max.bytes is 1 MiB by default).

@@ -12,9 +12,9 @@ use serde_json::{json, Value};
 use super::lag::{assess_for_topic, retention_deletes, total_lag, PartitionLag, Retention};
 use super::output::{print_table, ReportFormat};
 use super::{connect, BrokerArgs};
-use crate::client::errors::{self, error_name};
-use crate::client::groups::{group_error, GroupDescription, GroupOffsets, MemberAssignment};
-use crate::client::{Client, EARLIEST, LATEST};
+use annal_client::errors::{self, error_name};
+use annal_client::{group_error, GroupDescription, GroupOffsets, MemberAssignment};
+use annal_client::{Client, EARLIEST, LATEST};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:

@@ -11,7 +11,7 @@ pub mod topic;
 
 use anyhow::{anyhow, Result};
 
-use crate::client::Client;
+use annal_client::Client;
 
 pub const DEFAULT_BROKERS: &str = "127.0.0.1:9092";
 

@@ -10,10 +10,10 @@ use clap::{Args, ValueEnum};
 use kafka_protocol::records::Compression;
 
 use super::{connect, parse_key_value, BrokerArgs};
-use crate::client::batch::{encode_batch, OutgoingRecord};
-use crate::client::errors::{self, describe};
-use crate::client::{Client, TopicMetadata};
 use crate::partitioner::Partitioner;
+use annal_client::errors::{self, describe};
+use annal_client::{encode_batch, OutgoingRecord};
+use annal_client::{Client, TopicMetadata};
 
 /// Lines read ahead of the network; bounds memory when stdin is faster than the broker.
 const LINE_QUEUE: usize = 4096;

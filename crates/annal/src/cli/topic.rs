@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 
 use super::output::print_table;
 use super::{connect, parse_key_value, BrokerArgs};
-use crate::client::{ConfigSource, EARLIEST, LATEST};
+use annal_client::{ConfigSource, EARLIEST, LATEST};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:

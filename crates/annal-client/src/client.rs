@@ -1,14 +1,7 @@
-//! A small async Kafka protocol client: just what the `annal` CLI needs, for any Kafka-protocol broker.
+//! [`Client`]: a cluster-level client over [`Connection`]s, one per broker it needs.
 //!
 //! Admin requests go to the bootstrap broker (a KRaft broker forwards them to the controller); ListOffsets,
 //! Produce and Fetch go to each partition's leader as named in Metadata.
-
-pub mod assignment;
-pub mod batch;
-pub mod codec;
-pub mod connection;
-pub mod errors;
-pub mod groups;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -23,19 +16,21 @@ use kafka_protocol::messages::{
     incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig},
     list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic},
     metadata_request::MetadataRequestTopic,
+    metadata_response::MetadataResponseTopic,
     produce_request::{PartitionProduceData, TopicProduceData},
     BrokerId, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, FetchRequest,
-    IncrementalAlterConfigsRequest, ListOffsetsRequest, MetadataRequest, ProduceRequest, TopicName,
+    IncrementalAlterConfigsRequest, ListOffsetsRequest, MetadataRequest, MetadataResponse,
+    ProduceRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use connection::Connection;
-use errors::{describe, error_name};
+use crate::connection::{Connection, ConnectionOptions};
+use crate::errors::{self, describe, error_name};
 
 /// The versions of each API this client implements (inclusive). The version used is the highest one the broker
 /// also supports.
-pub mod versions {
+pub(crate) mod versions {
     pub const METADATA: (i16, i16) = (4, 13);
     pub const CREATE_TOPICS: (i16, i16) = (2, 7);
     pub const DELETE_TOPICS: (i16, i16) = (1, 6);
@@ -70,6 +65,18 @@ pub struct PartitionMetadata {
     pub leader_epoch: i32,
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
+}
+
+impl PartitionMetadata {
+    /// No leader (-1): the partition can be neither written nor read.
+    pub fn is_offline(&self) -> bool {
+        self.leader < 0
+    }
+
+    /// Fewer replicas in sync than assigned.
+    pub fn is_under_replicated(&self) -> bool {
+        self.isr.len() < self.replicas.len()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -146,34 +153,45 @@ pub struct FetchedPartition {
     pub records: Option<Bytes>,
 }
 
+/// A client for one cluster: admin requests, ListOffsets, Produce and Fetch (and the group requests in
+/// `groups.rs`). It opens connections to partition leaders as it needs them and drops one after an I/O error so
+/// the next request reconnects.
 pub struct Client {
-    bootstrap: String,
+    pub(crate) bootstrap: String,
+    pub(crate) options: ConnectionOptions,
     /// Open connections by broker address; the bootstrap connection is one of them.
-    connections: HashMap<String, Connection>,
+    pub(crate) connections: HashMap<String, Connection>,
     /// Broker addresses by node id, from the latest Metadata response.
-    brokers: HashMap<i32, String>,
+    pub(crate) brokers: HashMap<i32, String>,
 }
 
 impl Client {
+    /// Connects to the bootstrap broker with [`ConnectionOptions::from_env`] (the CLI's defaults).
     pub async fn connect(bootstrap: &str) -> Result<Client> {
-        let conn = Connection::connect(bootstrap).await?;
+        Client::connect_with(bootstrap, ConnectionOptions::from_env()).await
+    }
+
+    /// Connects to the bootstrap broker; connections to other brokers use the same options.
+    pub async fn connect_with(bootstrap: &str, options: ConnectionOptions) -> Result<Client> {
+        let conn = Connection::connect_with(bootstrap, options.clone()).await?;
         let mut connections = HashMap::new();
         connections.insert(bootstrap.to_string(), conn);
         Ok(Client {
             bootstrap: bootstrap.to_string(),
+            options,
             connections,
             brokers: HashMap::new(),
         })
     }
 
-    fn bootstrap_conn(&mut self) -> &mut Connection {
+    pub(crate) fn bootstrap_conn(&mut self) -> &mut Connection {
         self.connections
             .get_mut(&self.bootstrap)
             .expect("bootstrap connection is opened in connect")
     }
 
     /// The connection to a node, opened on first use.
-    async fn node(&mut self, node_id: i32) -> Result<&mut Connection> {
+    pub(crate) async fn node(&mut self, node_id: i32) -> Result<&mut Connection> {
         let addr = match self.brokers.get(&node_id) {
             Some(addr) => addr.clone(),
             None => {
@@ -184,20 +202,22 @@ impl Client {
             }
         };
         if !self.connections.contains_key(&addr) {
-            let conn = Connection::connect(&addr).await.with_context(|| {
-                format!(
-                    "broker {node_id} advertises itself as {addr} (bootstrap was {}); \
+            let conn = Connection::connect_with(&addr, self.options.clone())
+                .await
+                .with_context(|| {
+                    format!(
+                        "broker {node_id} advertises itself as {addr} (bootstrap was {}); \
                      check its advertised listener",
-                    self.bootstrap
-                )
-            })?;
+                        self.bootstrap
+                    )
+                })?;
             self.connections.insert(addr.clone(), conn);
         }
         Ok(self.connections.get_mut(&addr).expect("inserted above"))
     }
 
     /// Drops a connection after an I/O error so the next request reconnects.
-    fn forget_node(&mut self, node_id: i32) {
+    pub(crate) fn forget_node(&mut self, node_id: i32) {
         if let Some(addr) = self.brokers.get(&node_id) {
             if *addr != self.bootstrap {
                 self.connections.remove(addr);
@@ -205,13 +225,27 @@ impl Client {
         }
     }
 
-    async fn refresh_brokers(&mut self) -> Result<()> {
+    pub(crate) async fn refresh_brokers(&mut self) -> Result<()> {
         self.metadata(Some(&[])).await.map(|_| ())
     }
 
     /// Metadata for the named topics (`None`: all topics). Topics come back as the broker reports them,
     /// errors included.
     pub async fn metadata(&mut self, topics: Option<&[&str]>) -> Result<Vec<(i16, TopicMetadata)>> {
+        let response = self.metadata_response(topics).await?;
+        Ok(response
+            .topics
+            .into_iter()
+            .map(topic_from_response)
+            .collect())
+    }
+
+    /// The whole Metadata response (brokers, cluster id, controller id, topics), at the highest common version.
+    /// Also refreshes the broker addresses used to reach partition leaders.
+    pub(crate) async fn metadata_response(
+        &mut self,
+        topics: Option<&[&str]>,
+    ) -> Result<MetadataResponse> {
         let request = MetadataRequest::default()
             .with_topics(topics.map(|names| {
                 names
@@ -235,37 +269,7 @@ impl Client {
             .iter()
             .map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port)))
             .collect();
-        Ok(response
-            .topics
-            .into_iter()
-            .map(|t| {
-                let meta = TopicMetadata {
-                    name: t
-                        .name
-                        .as_ref()
-                        .map(|n| n.as_str().to_string())
-                        .unwrap_or_default(),
-                    id: t.topic_id,
-                    internal: t.is_internal,
-                    partitions: {
-                        let mut ps: Vec<_> = t
-                            .partitions
-                            .into_iter()
-                            .map(|p| PartitionMetadata {
-                                index: p.partition_index,
-                                leader: p.leader_id.0,
-                                leader_epoch: p.leader_epoch,
-                                replicas: p.replica_nodes.iter().map(|b| b.0).collect(),
-                                isr: p.isr_nodes.iter().map(|b| b.0).collect(),
-                            })
-                            .collect();
-                        ps.sort_by_key(|p| p.index);
-                        ps
-                    },
-                };
-                (t.error_code, meta)
-            })
-            .collect())
+        Ok(response)
     }
 
     /// Metadata for one topic, waiting briefly while leaders are being elected (right after creation).
@@ -710,6 +714,33 @@ impl Client {
     }
 }
 
+/// One topic of a Metadata response, partitions in index order, with the topic's error code.
+pub(crate) fn topic_from_response(t: MetadataResponseTopic) -> (i16, TopicMetadata) {
+    let mut partitions: Vec<PartitionMetadata> = t
+        .partitions
+        .into_iter()
+        .map(|p| PartitionMetadata {
+            index: p.partition_index,
+            leader: p.leader_id.0,
+            leader_epoch: p.leader_epoch,
+            replicas: p.replica_nodes.iter().map(|b| b.0).collect(),
+            isr: p.isr_nodes.iter().map(|b| b.0).collect(),
+        })
+        .collect();
+    partitions.sort_by_key(|p| p.index);
+    let meta = TopicMetadata {
+        name: t
+            .name
+            .as_ref()
+            .map(|n| n.as_str().to_string())
+            .unwrap_or_default(),
+        id: t.topic_id,
+        internal: t.is_internal,
+        partitions,
+    };
+    (t.error_code, meta)
+}
+
 /// Brokers refuse zstd batches in Produce requests older than v7 (KIP-110).
 const ZSTD_MIN_PRODUCE_VERSION: i16 = 7;
 
@@ -727,7 +758,7 @@ fn request_uses_zstd(request: &ProduceRequest) -> bool {
         })
 }
 
-fn topic_name(name: &str) -> TopicName {
+pub(crate) fn topic_name(name: &str) -> TopicName {
     TopicName(StrBytes::from_string(name.to_string()))
 }
 
@@ -741,7 +772,7 @@ fn by_name_cap(ours: (i16, i16), id: Uuid) -> (i16, i16) {
 }
 
 /// Groups the requested partitions by leader node, in a stable order.
-fn group_by_leader<'a>(
+pub(crate) fn group_by_leader<'a>(
     topic: &'a TopicMetadata,
     partitions: &[i32],
 ) -> Result<BTreeMap<i32, Vec<&'a PartitionMetadata>>> {

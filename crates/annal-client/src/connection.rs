@@ -1,7 +1,12 @@
 //! One TCP connection to one broker: framing, correlation ids, and API version negotiation.
 //!
-//! Requests are sent one at a time (the CLI never needs pipelining), so a response is always the answer to the
-//! request just written; the correlation id is still checked so a confused broker is reported, not trusted.
+//! Requests are sent one at a time (no pipelining), so a response is always the answer to the request just
+//! written; the correlation id is still checked so a confused broker is reported, not trusted.
+//!
+//! A connection that fails mid-exchange (I/O error, timeout, oversized or mismatched response) no longer knows
+//! where the next response starts in the byte stream, so it closes itself: the socket is dropped and every later
+//! request fails at once saying why. Reconnecting is the caller's decision (`Connection::connect` again), since
+//! only the caller knows whether to retry, back off or look the broker up anew.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -11,19 +16,10 @@ use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-
-/// Largest response frame we accept. Fetch responses are capped well below this by the `max_bytes` we send, so
-/// anything bigger means a broken or hostile peer; refusing it keeps a bad length from allocating gigabytes.
-const MAX_RESPONSE_BYTES: usize = 256 * 1024 * 1024;
-
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long to wait for any response. Longer than the 30 s the CLI gives the broker for Produce and admin
-/// requests, so a slow broker answers with its own timeout error before we give up on it.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// UNSUPPORTED_VERSION: the answer to an ApiVersions request newer than the broker knows (KIP-511).
 const UNSUPPORTED_VERSION: i16 = 35;
@@ -31,19 +27,74 @@ const UNSUPPORTED_VERSION: i16 = 35;
 /// The newest ApiVersions request we can send; older brokers tell us theirs (see `negotiate`).
 const API_VERSIONS_MAX: i16 = 4;
 
-const CLIENT_ID: &str = "annal-cli";
+/// Read and write buffer size per connection.
+const IO_BUFFER_BYTES: usize = 64 * 1024;
 
+/// How a [`Connection`] behaves. `Default` is what the `annal` CLI uses.
+#[derive(Debug, Clone)]
+pub struct ConnectionOptions {
+    /// Bound on the TCP connect (the ApiVersions handshake after it is bounded by `request_timeout`).
+    pub connect_timeout: Duration,
+    /// How long to wait for any one response. The CLI's default is longer than the 30 s it gives the broker for
+    /// Produce and admin requests, so a slow broker answers with its own timeout error before we give up on it.
+    /// A request that times out closes the connection (its answer may still arrive and would be misread).
+    pub request_timeout: Duration,
+    /// Largest response frame accepted; a bigger one closes the connection with an error naming this limit.
+    /// It keeps a bad length prefix from allocating gigabytes. Keep it above the `max_bytes` of any Fetch sent.
+    pub max_response_bytes: usize,
+    /// The client id in every request header (brokers log it and show it in group member lists).
+    pub client_id: String,
+    /// Testing aid: `Produce=12,Fetch=12` makes the connection behave as if the broker supported at most those
+    /// versions, to exercise older protocol versions against a modern broker.
+    pub version_caps: Option<String>,
+}
+
+impl Default for ConnectionOptions {
+    fn default() -> ConnectionOptions {
+        ConnectionOptions {
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(60),
+            max_response_bytes: 256 * 1024 * 1024,
+            client_id: "annal-cli".to_string(),
+            version_caps: None,
+        }
+    }
+}
+
+impl ConnectionOptions {
+    /// The defaults, plus version caps from `ANNAL_CLIENT_MAX_VERSIONS` (e.g. `Produce=12,Fetch=12`) if set.
+    pub fn from_env() -> ConnectionOptions {
+        ConnectionOptions {
+            version_caps: std::env::var("ANNAL_CLIENT_MAX_VERSIONS").ok(),
+            ..ConnectionOptions::default()
+        }
+    }
+}
+
+/// One open connection to a broker, with the API versions the broker advertised.
+///
+/// `send` picks the highest version both sides speak; `send_version` uses the caller's. Any request type from
+/// `kafka_protocol::messages` works: the API key, header versions and response type come from its [`Request`]
+/// impl.
 pub struct Connection {
     addr: String,
-    reader: BufReader<OwnedReadHalf>,
-    writer: BufWriter<OwnedWriteHalf>,
+    options: ConnectionOptions,
+    /// `None` once the connection has been closed after an error.
+    io: Option<Io>,
+    /// Why the connection was closed, for the errors of later requests.
+    closed_because: Option<String>,
     next_correlation_id: i32,
     /// What the broker advertised in ApiVersions: api key -> (min, max).
     broker_versions: HashMap<i16, (i16, i16)>,
 }
 
+struct Io {
+    reader: BufReader<OwnedReadHalf>,
+    writer: BufWriter<OwnedWriteHalf>,
+}
+
 /// Turns a connect failure into something a person can act on.
-pub fn describe_connect_error(addr: &str, err: &std::io::Error) -> anyhow::Error {
+fn describe_connect_error(addr: &str, err: &std::io::Error, timeout: Duration) -> anyhow::Error {
     use std::io::ErrorKind::*;
     match err.kind() {
         ConnectionRefused => anyhow!(
@@ -51,23 +102,29 @@ pub fn describe_connect_error(addr: &str, err: &std::io::Error) -> anyhow::Error
              (choose another broker with -b HOST:PORT)"
         ),
         TimedOut => anyhow!(
-            "cannot reach broker at {addr}: connection timed out after {}s; check the address and any firewall",
-            CONNECT_TIMEOUT.as_secs()
+            "cannot reach broker at {addr}: connection timed out after {timeout:?}; check the address and any firewall"
         ),
         _ => anyhow!("cannot reach broker at {addr}: {err}"),
     }
 }
 
 impl Connection {
-    /// Connects and negotiates API versions.
+    /// Connects with the default options and negotiates API versions.
     pub async fn connect(addr: &str) -> Result<Connection> {
-        let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+        Connection::connect_with(addr, ConnectionOptions::default()).await
+    }
+
+    /// Connects to `addr` (`HOST:PORT`) within `options.connect_timeout` and negotiates API versions.
+    pub async fn connect_with(addr: &str, options: ConnectionOptions) -> Result<Connection> {
+        let timeout = options.connect_timeout;
+        let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
             Ok(Ok(stream)) => stream,
-            Ok(Err(err)) => return Err(describe_connect_error(addr, &err)),
+            Ok(Err(err)) => return Err(describe_connect_error(addr, &err, timeout)),
             Err(_) => {
                 return Err(describe_connect_error(
                     addr,
                     &std::io::Error::from(std::io::ErrorKind::TimedOut),
+                    timeout,
                 ))
             }
         };
@@ -75,13 +132,32 @@ impl Connection {
         let (read, write) = stream.into_split();
         let mut conn = Connection {
             addr: addr.to_string(),
-            reader: BufReader::with_capacity(64 * 1024, read),
-            writer: BufWriter::with_capacity(64 * 1024, write),
+            options,
+            io: Some(Io {
+                reader: BufReader::with_capacity(IO_BUFFER_BYTES, read),
+                writer: BufWriter::with_capacity(IO_BUFFER_BYTES, write),
+            }),
+            closed_because: None,
             next_correlation_id: 1,
             broker_versions: HashMap::new(),
         };
         conn.negotiate().await?;
         Ok(conn)
+    }
+
+    /// The address this connection was opened to.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// True once an error has closed the connection; every request then fails, and the caller reconnects.
+    pub fn is_closed(&self) -> bool {
+        self.io.is_none()
+    }
+
+    /// The version range (min, max) the broker advertised for `key`, or `None` if it does not offer that API.
+    pub fn broker_versions(&self, key: ApiKey) -> Option<(i16, i16)> {
+        self.broker_versions.get(&(key as i16)).copied()
     }
 
     /// ApiVersions handshake. We ask with our newest version; a broker that does not know it answers with
@@ -92,9 +168,7 @@ impl Connection {
             let request = ApiVersionsRequest::default()
                 .with_client_software_name(StrBytes::from_static_str("annal"))
                 .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
-            let body = self
-                .round_trip_raw(ApiKey::ApiVersions, version, &request)
-                .await?;
+            let body = self.round_trip_raw(version, &request).await?;
             // The error code leads every ApiVersions body version, so peek it before choosing a decoder.
             let error_code = body
                 .get(..2)
@@ -126,7 +200,7 @@ impl Connection {
                 bail!(
                     "broker at {} refused ApiVersions: {}",
                     self.addr,
-                    super::errors::error_name(response.error_code)
+                    crate::errors::error_name(response.error_code)
                 );
             }
             tracing::debug!(addr = %self.addr, api_versions_version = version, "connected");
@@ -135,8 +209,8 @@ impl Connection {
                 .iter()
                 .map(|k| (k.api_key, (k.min_version, k.max_version)))
                 .collect();
-            if let Ok(caps) = std::env::var("ANNAL_CLIENT_MAX_VERSIONS") {
-                apply_version_caps(&mut self.broker_versions, &caps)?;
+            if let Some(caps) = &self.options.version_caps {
+                apply_version_caps(&mut self.broker_versions, caps)?;
             }
             return Ok(());
         }
@@ -148,7 +222,7 @@ impl Connection {
 
     /// The highest version of `key` that both the broker and we (`ours`, inclusive) support.
     pub fn pick_version(&self, key: ApiKey, ours: (i16, i16)) -> Result<i16> {
-        let Some(&(their_min, their_max)) = self.broker_versions.get(&(key as i16)) else {
+        let Some((their_min, their_max)) = self.broker_versions(key) else {
             bail!(
                 "broker at {} does not support the {key:?} API, which this command needs; \
                  is that address a broker's client listener (not a controller port)?",
@@ -166,7 +240,8 @@ impl Connection {
         })
     }
 
-    /// Sends a request with the highest common version in `ours` and returns the decoded response.
+    /// Sends a request with the highest common version in `ours` and returns the decoded response and the
+    /// version used.
     pub async fn send<R: Request>(
         &mut self,
         request: &R,
@@ -178,7 +253,8 @@ impl Connection {
         Ok((response, version))
     }
 
-    /// Sends a request at an explicit version.
+    /// Sends a request at an explicit version (not checked against what the broker advertised, so a test or a
+    /// caller that knows better can override negotiation).
     pub async fn send_version<R: Request>(
         &mut self,
         request: &R,
@@ -186,7 +262,7 @@ impl Connection {
     ) -> Result<R::Response> {
         let key = api_key::<R>()?;
         tracing::debug!(addr = %self.addr, "{key:?} v{version}");
-        let mut body = self.round_trip_raw(key, version, request).await?;
+        let mut body = self.round_trip_raw(version, request).await?;
         R::Response::decode(&mut body, version).with_context(|| {
             format!(
                 "broker at {} sent a {key:?} v{version} response we cannot decode",
@@ -203,63 +279,90 @@ impl Connection {
     ) -> Result<()> {
         let key = api_key::<R>()?;
         tracing::debug!(addr = %self.addr, "{key:?} v{version}, no response expected");
-        self.write_request(key, version, request).await?;
+        self.write_request(version, request).await?;
         Ok(())
     }
 
-    async fn write_request<M: Encodable>(
-        &mut self,
-        key: ApiKey,
-        version: i16,
-        request: &M,
-    ) -> Result<i32> {
+    /// Drops the socket and remembers why; later requests fail with that reason.
+    fn close(&mut self, reason: &anyhow::Error) {
+        if self.io.take().is_some() {
+            tracing::debug!(addr = %self.addr, "closing connection: {reason:#}");
+            self.closed_because = Some(format!("{reason:#}"));
+        }
+    }
+
+    fn io(&mut self) -> Result<&mut Io> {
+        let addr = &self.addr;
+        let reason = self.closed_because.as_deref().unwrap_or("unknown");
+        self.io.as_mut().ok_or_else(|| {
+            anyhow!(
+                "the connection to broker at {addr} was closed after an earlier error ({reason}); \
+                 open a new one"
+            )
+        })
+    }
+
+    async fn write_request<R: Request>(&mut self, version: i16, request: &R) -> Result<i32> {
+        let key = api_key::<R>()?;
         let correlation_id = self.next_correlation_id;
-        self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
         let header = RequestHeader::default()
-            .with_request_api_key(key as i16)
+            .with_request_api_key(R::KEY)
             .with_request_api_version(version)
             .with_correlation_id(correlation_id)
-            .with_client_id(Some(StrBytes::from_static_str(CLIENT_ID)));
-        let header_version = key.request_header_version(version);
+            .with_client_id(Some(StrBytes::from_string(self.options.client_id.clone())));
         let mut frame = BytesMut::new();
         frame.extend_from_slice(&[0; 4]);
-        header.encode(&mut frame, header_version)?;
+        header.encode(&mut frame, R::header_version(version))?;
         request
             .encode(&mut frame, version)
             .with_context(|| format!("cannot encode {key:?} v{version} request"))?;
         let len = i32::try_from(frame.len() - 4).context("request too large to send")?;
         frame[..4].copy_from_slice(&len.to_be_bytes());
-        let io = async {
-            self.writer.write_all(&frame).await?;
-            self.writer.flush().await
+        // Encoding failures above leave the stream untouched; from here on a failure may leave half a frame.
+        let io = self.io()?;
+        let written = async {
+            io.writer.write_all(&frame).await?;
+            io.writer.flush().await
         };
-        io.await.map_err(|e| {
-            anyhow!(
+        if let Err(e) = written.await {
+            let err = anyhow!(
                 "lost connection to broker at {} while sending {key:?}: {e}",
                 self.addr
-            )
-        })?;
+            );
+            self.close(&err);
+            return Err(err);
+        }
+        self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
         Ok(correlation_id)
     }
 
-    /// Writes one request and reads its response body (header stripped, correlation id checked).
-    async fn round_trip_raw<M: Encodable>(
+    /// Writes one request and reads its response body (header stripped, correlation id checked). Any failure
+    /// after the request is written closes the connection.
+    async fn round_trip_raw<R: Request>(&mut self, version: i16, request: &R) -> Result<Bytes> {
+        let correlation_id = self.write_request(version, request).await?;
+        let read = self.read_response::<R>(version, correlation_id).await;
+        if let Err(e) = &read {
+            self.close(e);
+        }
+        read
+    }
+
+    async fn read_response<R: Request>(
         &mut self,
-        key: ApiKey,
         version: i16,
-        request: &M,
+        correlation_id: i32,
     ) -> Result<Bytes> {
-        let correlation_id = self.write_request(key, version, request).await?;
-        let mut frame = tokio::time::timeout(REQUEST_TIMEOUT, self.read_frame(key))
+        let key = api_key::<R>()?;
+        let timeout = self.options.request_timeout;
+        let mut frame = tokio::time::timeout(timeout, self.read_frame(key))
             .await
             .map_err(|_| {
                 anyhow!(
-                    "broker at {} did not answer a {key:?} request within {}s",
-                    self.addr,
-                    REQUEST_TIMEOUT.as_secs()
+                    "broker at {} did not answer a {key:?} request within {timeout:?}; closing",
+                    self.addr
                 )
             })??;
-        let header = ResponseHeader::decode(&mut frame, key.response_header_version(version))
+        let header = ResponseHeader::decode(&mut frame, R::Response::header_version(version))
             .with_context(|| format!("broker at {} sent a malformed response header", self.addr))?;
         if header.correlation_id != correlation_id {
             bail!(
@@ -272,7 +375,9 @@ impl Connection {
     }
 
     async fn read_frame(&mut self, key: ApiKey) -> Result<Bytes> {
-        let lost = |e: std::io::Error, addr: &str| {
+        let addr = self.addr.clone();
+        let limit = self.options.max_response_bytes;
+        let lost = |e: std::io::Error| {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
                 anyhow!(
                     "broker at {addr} closed the connection while we waited for a {key:?} response"
@@ -283,20 +388,19 @@ impl Connection {
                 )
             }
         };
-        let len = match self.reader.read_i32().await {
-            Ok(len) => len,
-            Err(e) => return Err(lost(e, &self.addr)),
-        };
-        let len = usize::try_from(len).ok().filter(|&l| l <= MAX_RESPONSE_BYTES).ok_or_else(|| {
-            anyhow!(
-                "broker at {} sent a {key:?} response frame of {len} bytes (limit {MAX_RESPONSE_BYTES}); closing",
-                self.addr
-            )
-        })?;
+        let io = self.io()?;
+        let len = io.reader.read_i32().await.map_err(&lost)?;
+        let len = usize::try_from(len)
+            .ok()
+            .filter(|&l| l <= limit)
+            .ok_or_else(|| {
+                anyhow!(
+                    "broker at {addr} sent a {key:?} response frame of {len} bytes \
+                 (limit {limit} bytes, ConnectionOptions::max_response_bytes); closing"
+                )
+            })?;
         let mut buf = BytesMut::zeroed(len);
-        if let Err(e) = self.reader.read_exact(&mut buf).await {
-            return Err(lost(e, &self.addr));
-        }
+        io.reader.read_exact(&mut buf).await.map_err(&lost)?;
         Ok(buf.freeze())
     }
 }
@@ -305,8 +409,7 @@ fn api_key<R: Request>() -> Result<ApiKey> {
     ApiKey::try_from(R::KEY).map_err(|_| anyhow!("unknown api key {}", R::KEY))
 }
 
-/// Testing aid: `ANNAL_CLIENT_MAX_VERSIONS=Produce=12,Fetch=12` makes the client behave as if the broker
-/// supported at most those versions, to exercise older protocol versions against a modern broker.
+/// Applies `ConnectionOptions::version_caps` (`Api=max,...`) to what the broker advertised.
 fn apply_version_caps(versions: &mut HashMap<i16, (i16, i16)>, caps: &str) -> Result<()> {
     for cap in caps.split(',').map(str::trim).filter(|c| !c.is_empty()) {
         let (name, max) = cap.split_once('=').ok_or_else(|| {

@@ -20,12 +20,12 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::assignment::{decode_assignment, Assignment};
-use super::connection::Connection;
-use super::errors::{self, describe, error_name};
-use super::{group_by_leader, topic_name, Client, TopicMetadata};
+use crate::assignment::{decode_assignment, Assignment};
+use crate::client::{group_by_leader, topic_name, Client, TopicMetadata};
+use crate::connection::Connection;
+use crate::errors::{self, describe, error_name};
 
-pub mod versions {
+mod versions {
     pub const FIND_COORDINATOR: (i16, i16) = (0, 6);
     /// v4 added the state filter, v5 the type filter.
     pub const LIST_GROUPS: (i16, i16) = (0, 5);
@@ -145,13 +145,15 @@ impl Client {
     /// The connection to a broker address, opened on first use.
     async fn connection_to(&mut self, addr: &str) -> Result<&mut Connection> {
         if !self.connections.contains_key(addr) {
-            let conn = Connection::connect(addr).await.with_context(|| {
-                format!(
-                    "the group coordinator advertises itself as {addr} (bootstrap was {}); \
+            let conn = Connection::connect_with(addr, self.options.clone())
+                .await
+                .with_context(|| {
+                    format!(
+                        "the group coordinator advertises itself as {addr} (bootstrap was {}); \
                      check its advertised listener",
-                    self.bootstrap
-                )
-            })?;
+                        self.bootstrap
+                    )
+                })?;
             self.connections.insert(addr.to_string(), conn);
         }
         Ok(self.connections.get_mut(addr).expect("inserted above"))

@@ -162,7 +162,7 @@ pub fn decode_fetched(mut data: Bytes, fetch_offset: i64) -> Result<DecodedRecor
         }
         let decompress = |buf: &mut Bytes, compression: Compression| -> Result<Bytes> {
             let plain =
-                super::codec::decompress(buf, compression, super::codec::MAX_DECOMPRESSED_BATCH)?;
+                crate::codec::decompress(buf, compression, crate::codec::MAX_DECOMPRESSED_BATCH)?;
             if record_count > plain.len() / MIN_RECORD_BYTES {
                 bail!(
                     "batch at offset {base_offset} declares {record_count} records in {} decompressed bytes; \
