@@ -181,6 +181,21 @@ impl MetadataImage {
         Ok(())
     }
 
+    /// Applies one committed batch (the records of one log entry) atomically: all of them, or, if one does not
+    /// fit, none (the image is unchanged and the error says which record failed).
+    pub fn try_apply_batch(
+        &mut self,
+        offset: u64,
+        records: &[MetadataRecord],
+    ) -> Result<(), ImageError> {
+        let mut next = self.clone();
+        for record in records {
+            next.try_apply(offset, record)?;
+        }
+        *self = next;
+        Ok(())
+    }
+
     fn apply_record(&mut self, record: &MetadataRecord) -> Result<(), String> {
         match record {
             MetadataRecord::RegisterBroker(r) => {

@@ -525,6 +525,16 @@ impl MetadataRecord {
     }
 }
 
+/// A quorum payload (one value per record) for a batch of records.
+pub fn encode_batch(records: &[MetadataRecord]) -> Vec<Vec<u8>> {
+    records.iter().map(MetadataRecord::encode).collect()
+}
+
+/// The records of a quorum payload; the first value that is not a record fails the whole batch.
+pub fn decode_batch(values: &[Vec<u8>]) -> Result<Vec<MetadataRecord>, RecordError> {
+    values.iter().map(|v| MetadataRecord::decode(v)).collect()
+}
+
 fn encode_register_broker(w: &mut Writer, r: &RegisterBrokerRecord) {
     w.i32(r.broker_id);
     w.bool(r.is_migrating_zk_broker);

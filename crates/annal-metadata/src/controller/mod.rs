@@ -41,6 +41,7 @@ use crate::image::{ImageError, MetadataImage};
 use crate::records::MetadataRecord;
 
 pub use placement::{place_replicas, PlacementError};
+pub use topics::{initial_isr, invalid_topic_name, PARTITIONS_PER_TOPIC_MAX};
 pub use writer::InMemoryWriter;
 
 /// A boxed future, so [`MetadataWriter`] is object safe without `async_trait`.

@@ -805,12 +805,10 @@ async fn random_operations_keep_every_invariant() {
                 }
                 5 => h.expand_isrs().await,
                 _ => {
-                    for b in 0..brokers {
-                        if !silent[b] && h.epochs[b] >= 0 {
-                            let resp = h
-                                .controller
-                                .broker_heartbeat(heartbeat(b as i32, h.epochs[b], h.offset()), now)
-                                .await;
+                    for (b, is_silent) in silent.iter().enumerate() {
+                        if !is_silent && h.epochs[b] >= 0 {
+                            let req = heartbeat(b as i32, h.epochs[b], h.offset());
+                            let resp = h.controller.broker_heartbeat(req, now).await;
                             assert_ne!(resp.error_code, UNKNOWN_SERVER_ERROR);
                         }
                     }

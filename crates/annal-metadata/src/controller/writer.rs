@@ -46,9 +46,7 @@ impl MetadataWriter for InMemoryWriter {
             let offset = inner.next_offset;
             // The batch is atomic: apply to a copy and publish it only if every record fits.
             let mut image = (*inner.image).clone();
-            for record in &records {
-                image.try_apply(offset, record)?;
-            }
+            image.try_apply_batch(offset, &records)?;
             inner.image = Arc::new(image);
             inner.log.push((offset, records));
             inner.next_offset = offset + 1;

@@ -317,3 +317,17 @@ mod kafka_bytes {
 
     include!("kafka_bytes.rs");
 }
+
+#[test]
+fn batches_round_trip_and_one_bad_value_fails_the_batch() {
+    let records = vec![
+        MetadataRecord::RemoveTopic(RemoveTopicRecord {
+            topic_id: Uuid::from_u128(1),
+        }),
+        MetadataRecord::FenceBroker(FenceBrokerRecord { id: 1, epoch: 2 }),
+    ];
+    let mut values = encode_batch(&records);
+    assert_eq!(decode_batch(&values), Ok(records));
+    values.push(vec![1]);
+    assert!(decode_batch(&values).is_err());
+}
