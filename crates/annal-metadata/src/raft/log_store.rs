@@ -219,20 +219,22 @@ impl LogStore {
         };
         let mut entries = Vec::new();
         let mut bytes_read = 0usize;
-        let mut expected = start;
+        let mut previous: Option<u64> = None;
         self.scan(Some(from), |entry, _| {
-            if entry.log_id.index >= end {
+            let index = entry.log_id.index;
+            if index >= end {
                 return Ok(false);
             }
-            if entry.log_id.index < expected {
+            if index < start {
                 return Ok(true);
             }
-            assert_eq!(
-                entry.log_id.index,
-                expected.max(entry.log_id.index),
-                "raft indexes only grow"
-            );
-            expected = entry.log_id.index + 1;
+            if previous.is_some_and(|p| index != p + 1) {
+                return Err(read_err(
+                    "read the metadata log",
+                    format!("entry {index} follows entry {previous:?}: the log has a hole"),
+                ));
+            }
+            previous = Some(index);
             bytes_read += entry_bytes(&entry);
             entries.push(entry);
             Ok(bytes_read < bytes_max)

@@ -1,7 +1,8 @@
 //! The metadata quorum: Raft consensus from openraft 0.9 (docs/decisions/0004-metadata-quorum.md) over
 //! opaque payloads. Annal supplies the storage (the metadata log is an `annal_log::Log` in
-//! `data_dir/__cluster_metadata-0/`, one Kafka v2 batch per entry, base offset = raft index, leader epoch =
-//! term; the vote in `quorum-state`; snapshots as `<offset>-<epoch>.checkpoint`), the snapshot bridge to the
+//! `data_dir/__cluster_metadata-0/`, one Kafka v2 batch per entry, partition leader epoch = term, the raft
+//! index in a private entry-header record since Kafka offsets count records; the vote in `quorum-state`;
+//! snapshots as `<index>-<term>.checkpoint`), the snapshot bridge to the
 //! caller's [`StateMachine`] and the transport (Kafka-framed requests with api key [`RAFT_RPC_API_KEY`] to a
 //! peer's CONTROLLER listener).
 //!

@@ -90,13 +90,17 @@ impl RaftSnapshotBuilder<TypeConfig> for SmStore {
             let (sm_index, data) = self.shared.sm.snapshot();
             // Blank and membership entries are not shown to the state machine, so it may be behind by those.
             let raft_index = applied.last.map_or(0, |l| l.index);
-            assert!(sm_index <= raft_index, "the state machine applied {sm_index}, past raft's {raft_index}");
+            assert!(
+                sm_index <= raft_index,
+                "the state machine applied {sm_index}, past raft's {raft_index}"
+            );
             let meta = Meta {
                 last_log_id: applied.last,
                 last_membership: applied.membership.clone(),
-                snapshot_id: applied
-                    .last
-                    .map_or_else(|| "empty".to_string(), |l| format!("{}-{}", l.index, l.leader_id.term)),
+                snapshot_id: applied.last.map_or_else(
+                    || "empty".to_string(),
+                    |l| format!("{}-{}", l.index, l.leader_id.term),
+                ),
             };
             (meta, data)
         };

@@ -554,14 +554,24 @@ async fn bad_configuration_is_refused() {
 /// state machine bridge.
 struct SuiteBuilder;
 
-impl openraft::testing::StoreBuilder<types::TypeConfig, log_store::LogStore, snapshot::SmStore, tempfile::TempDir>
-    for SuiteBuilder
+impl
+    openraft::testing::StoreBuilder<
+        types::TypeConfig,
+        log_store::LogStore,
+        snapshot::SmStore,
+        tempfile::TempDir,
+    > for SuiteBuilder
 {
     async fn build(
         &self,
-    ) -> Result<(tempfile::TempDir, log_store::LogStore, snapshot::SmStore), types::StorageError> {
+    ) -> Result<(tempfile::TempDir, log_store::LogStore, snapshot::SmStore), types::StorageError>
+    {
         let dir = tempfile::tempdir().expect("a temp dir");
-        let fail = |e: String| types::StorageError::from(openraft::StorageIOError::write(openraft::AnyError::error(e)));
+        let fail = |e: String| {
+            types::StorageError::from(openraft::StorageIOError::write(openraft::AnyError::error(
+                e,
+            )))
+        };
         let log = log_store::LogStore::open(dir.path(), 1 << 20).map_err(fail)?;
         let sm = snapshot::SmStore::open(dir.path(), Arc::new(VecSm::default())).map_err(fail)?;
         Ok((dir, log, sm))
@@ -571,4 +581,52 @@ impl openraft::testing::StoreBuilder<types::TypeConfig, log_store::LogStore, sna
 #[test]
 fn openraft_storage_suite_passes() {
     openraft::testing::Suite::test_all(SuiteBuilder).expect("openraft's storage suite");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appended_entries_survive_an_unclean_stop() {
+    use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
+    use openraft::{CommittedLeaderId, EntryPayload, LogId, RaftLogReader, Vote};
+    let dir = tempfile::tempdir().unwrap();
+    let entries: Vec<types::Entry> = (0..5u64)
+        .map(|i| types::Entry {
+            log_id: LogId::new(CommittedLeaderId::new(2, 1), i),
+            payload: if i == 0 {
+                EntryPayload::Blank
+            } else {
+                EntryPayload::Normal(vec![record(i as usize); i as usize])
+            },
+        })
+        .collect();
+    {
+        let mut store = log_store::LogStore::open(dir.path(), 1 << 20).unwrap();
+        store.blocking_append(entries.clone()).await.unwrap();
+        store.save_vote(&Vote::new_committed(2, 1)).await.unwrap();
+        // Dropped without close(): no clean-shutdown mark, as after kill -9.
+    }
+    let mut store = log_store::LogStore::open(dir.path(), 1 << 20).unwrap();
+    assert_eq!(
+        store.read_vote().await.unwrap(),
+        Some(Vote::new_committed(2, 1))
+    );
+    assert_eq!(
+        store.get_log_state().await.unwrap().last_log_id,
+        Some(entries[4].log_id)
+    );
+    assert_eq!(store.try_get_log_entries(0..5).await.unwrap(), entries);
+    // Kafka offsets count records: entry i starts after the records of the entries before it.
+    assert!(store.try_get_log_entries(2..4).await.unwrap() == entries[2..4]);
+    store.purge(entries[1].log_id).await.unwrap();
+    store.truncate(entries[3].log_id).await.unwrap();
+    drop(store);
+    let mut store = log_store::LogStore::open(dir.path(), 1 << 20).unwrap();
+    let state = store.get_log_state().await.unwrap();
+    assert_eq!(
+        (state.last_purged_log_id, state.last_log_id),
+        (Some(entries[1].log_id), Some(entries[2].log_id))
+    );
+    assert_eq!(
+        store.try_get_log_entries(0..10).await.unwrap(),
+        entries[2..3]
+    );
 }

@@ -35,6 +35,8 @@ const IDLE_CONNECTIONS_PER_PEER_MAX: usize = 4;
 /// Smallest request frame: api key, version, correlation id, client id length.
 const REQUEST_HEADER_BYTES_MIN: usize = 10;
 const CLIENT_ID: &str = "annal-raft";
+/// Connections one `serve` accepts at once; more are closed at once (a quorum has a handful of peers).
+const SERVED_CONNECTIONS_MAX: usize = 64;
 
 #[derive(Serialize, Deserialize)]
 pub(crate) enum RpcRequest {
@@ -308,8 +310,18 @@ async fn read_frame(stream: &mut TcpStream, min: usize, max: usize) -> std::io::
             format!("frame of {size} bytes (allowed {min}..={max}; raise max_rpc_bytes if it is legitimate)"),
         ));
     }
-    let mut frame = vec![0u8; size];
-    stream.read_exact(&mut frame).await?;
+    // Memory follows the bytes that arrive, not the size a peer claims.
+    let mut frame = Vec::with_capacity(size.min(64 * 1024));
+    (&mut *stream)
+        .take(size as u64)
+        .read_to_end(&mut frame)
+        .await?;
+    if frame.len() != size {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("frame cut at {} of {size} bytes", frame.len()),
+        ));
+    }
     Ok(frame)
 }
 
@@ -387,15 +399,24 @@ pub async fn serve(
     quorum: Arc<Quorum>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(SERVED_CONNECTIONS_MAX));
     loop {
         if *stop.borrow() {
             return;
         }
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
+                Ok((stream, peer)) => {
+                    let Ok(slot) = slots.clone().try_acquire_owned() else {
+                        tracing::warn!(%peer, "too many raft connections; closing this one");
+                        continue;
+                    };
                     let _ = stream.set_nodelay(true);
-                    tokio::spawn(serve_connection(stream, quorum.clone(), stop.clone()));
+                    let (quorum, stop) = (quorum.clone(), stop.clone());
+                    tokio::spawn(async move {
+                        serve_connection(stream, quorum, stop).await;
+                        drop(slot);
+                    });
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "accepting a raft connection failed");
