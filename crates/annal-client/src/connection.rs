@@ -516,6 +516,31 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_silent_peer_times_out_and_closes() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        // Accepts and reads, never answers; holds the socket until the test ends.
+        tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 512];
+            while sock.read(&mut buf).await.is_ok_and(|n| n > 0) {}
+        });
+        let options = ConnectionOptions {
+            request_timeout: Duration::from_millis(200),
+            ..ConnectionOptions::default()
+        };
+        let err = Connection::connect_with(&addr, options)
+            .await
+            .err()
+            .expect("must time out")
+            .to_string();
+        assert!(
+            err.contains("did not answer a ApiVersions request within 200ms"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn version_caps_lower_the_broker_max() {
         let mut v: HashMap<i16, (i16, i16)> = [(0, (3, 13)), (1, (4, 18))].into_iter().collect();
