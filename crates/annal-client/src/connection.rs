@@ -76,6 +76,12 @@ impl ConnectionOptions {
 /// `send` picks the highest version both sides speak; `send_version` uses the caller's. Any request type from
 /// `kafka_protocol::messages` works: the API key, header versions and response type come from its [`Request`]
 /// impl.
+///
+/// A failure after a request is written (I/O error, `request_timeout`, a frame over `max_response_bytes`, a
+/// wrong correlation id) closes the connection: [`Connection::is_closed`] turns true and every later request
+/// fails at once with the original reason. Reconnect with [`Connection::connect_with`]. Errors before anything
+/// is written (no common version, encoding), and a response that arrives whole but does not decode, leave the
+/// connection usable.
 pub struct Connection {
     addr: String,
     options: ConnectionOptions,
