@@ -76,6 +76,12 @@ impl ConnectionOptions {
 /// `send` picks the highest version both sides speak; `send_version` uses the caller's. Any request type from
 /// `kafka_protocol::messages` works: the API key, header versions and response type come from its [`Request`]
 /// impl.
+///
+/// A failure after a request is written (I/O error, `request_timeout`, a frame over `max_response_bytes`, a
+/// wrong correlation id) closes the connection: [`Connection::is_closed`] turns true and every later request
+/// fails at once with the original reason. Reconnect with [`Connection::connect_with`]. Errors before anything
+/// is written (no common version, encoding), and a response that arrives whole but does not decode, leave the
+/// connection usable.
 pub struct Connection {
     addr: String,
     options: ConnectionOptions,
@@ -512,6 +518,31 @@ mod tests {
             .to_string();
         assert!(
             err.contains(&format!("cannot reach broker at {addr}")) && err.contains("annal serve"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_silent_peer_times_out_and_closes() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        // Accepts and reads, never answers; holds the socket until the test ends.
+        tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 512];
+            while sock.read(&mut buf).await.is_ok_and(|n| n > 0) {}
+        });
+        let options = ConnectionOptions {
+            request_timeout: Duration::from_millis(200),
+            ..ConnectionOptions::default()
+        };
+        let err = Connection::connect_with(&addr, options)
+            .await
+            .err()
+            .expect("must time out")
+            .to_string();
+        assert!(
+            err.contains("did not answer a ApiVersions request within 200ms"),
             "{err}"
         );
     }

@@ -7,7 +7,7 @@
 //!   ApiVersions (KIP-511 downgrade included), and sends any `kafka_protocol` request type: [`Connection::send`]
 //!   picks the highest version both sides speak, [`Connection::send_version`] uses the caller's. Responses are
 //!   bounded by [`ConnectionOptions::max_response_bytes`]; any failure mid-exchange closes the connection and
-//!   the caller reconnects (see the `connection` module notes for why).
+//!   the caller reconnects (see [`Connection`]).
 //! - [`Client`]: a cluster client over connections: topic admin, ListOffsets, Produce and Fetch routed to
 //!   partition leaders, consumer group administration, and cluster description ([`Client::describe_cluster`],
 //!   [`Client::describe_quorum`]).

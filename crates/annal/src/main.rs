@@ -19,6 +19,7 @@ use clap::{Parser, Subcommand};
   annal topic describe orders -b 127.0.0.1:9092        # any Kafka-protocol broker works
   annal group describe billing                         # members, committed offsets, lag
   annal producers orders
+  annal cluster health                                 # exit 1 if a partition is leaderless or under-replicated
 
 Client commands read the broker address from -b/--brokers or $ANNAL_BROKERS (default 127.0.0.1:9092)."
 )]
@@ -58,6 +59,8 @@ enum Command {
     Group(cli::group::GroupArgs),
     /// Show the producers writing to a topic's partitions (DescribeProducers).
     Producers(cli::producers::ProducersArgs),
+    /// Describe the cluster (brokers, controller, partitions, metadata quorum) and check its health.
+    Cluster(cli::cluster::ClusterArgs),
     /// Print the segments and batches of a partition directory or segment file (like kafka-dump-log).
     #[command(after_help = "Examples:
   annal dump-log ./annal-data/orders-0
@@ -95,6 +98,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Consume(args) => cli::block_on(cli::consume::run(args)),
         Command::Group(args) => cli::block_on(cli::group::run(args)),
         Command::Producers(args) => cli::block_on(cli::producers::run(args)),
+        Command::Cluster(args) => cli::block_on(cli::cluster::run(args)),
         Command::DumpLog(args) => dump::run(&args),
     }
 }

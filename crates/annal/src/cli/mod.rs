@@ -1,6 +1,7 @@
-//! The client commands of the `annal` binary: `topic`, `produce`, `consume`, `group`, `producers`. They speak the Kafka protocol, so
-//! they work against any Kafka-compatible broker, not only `annal serve`.
+//! The client commands of the `annal` binary: `topic`, `produce`, `consume`, `group`, `producers`, `cluster`.
+//! They speak the Kafka protocol, so they work against any Kafka-compatible broker, not only `annal serve`.
 
+pub mod cluster;
 pub mod consume;
 pub mod group;
 pub mod lag;
