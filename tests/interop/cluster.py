@@ -16,7 +16,8 @@ controller: the metadata quorum's leader). Stdlib only, so it also runs as a com
 tests:
 
   python3 tests/interop/cluster.py start DIR [--nodes 3] [--base-port P]   starts, waits until ready, prints
-                                                                           "bootstrap=127.0.0.1:P" (node 1)
+                                          "bootstrap=127.0.0.1:P" (node 1), "cluster_id=ID", "controller=ID" and
+                                          per node "node=ID HOST:PORT PID" (DIR/cluster.json holds the same)
   python3 tests/interop/cluster.py stop DIR [--kill]                       SIGTERM (or SIGKILL) every node;
                                                                            SIGKILL what still runs after 60 s
 Node i listens on BASE+2(i-1) (PLAINTEXT) and BASE+2(i-1)+1 (CONTROLLER). Node i's files: DIR/node-i/
@@ -459,6 +460,10 @@ def _main(argv):
         print(f"{cluster.kind} cluster {cluster.cluster_id} ready in {time.monotonic() - began:.1f} s, "
               f"active controller {controller}", file=sys.stderr)
         print(f"bootstrap={cluster.bootstrap}")
+        print(f"cluster_id={cluster.cluster_id}")
+        print(f"controller={controller}")
+        for n in cluster.nodes:
+            print(f"node={n.node_id} {n.bootstrap} {n.pid()}")
         return 0
 
     state = json.loads(_state_path(args.dir).read_text())

@@ -13,6 +13,7 @@
 #                                                             default until Annal's cluster mode lands, they pass
 #                                                             against INTEROP_BROKER=kafka. A few minutes.
 #   INTEROP_ONLY=python|java                                  run one half only
+#   INTEROP_JAVA_TESTS=ClusterTest                            run only these Java test classes (surefire -Dtest)
 #   extra arguments go to pytest (e.g. -k codec -x)
 # Exits non-zero if any test fails. Ends with one summary line "interop: N passed, N failed, N skipped".
 set -uo pipefail
@@ -72,7 +73,7 @@ if [ "$only" != "python" ]; then
   if [ "${INTEROP_CLUSTER:-}" != "1" ]; then excluded+=(cluster); fi
   excluded_csv="$(IFS=,; echo "${excluded[*]:-none}")"
   (cd "$here/java" && mvn -B -q -ntp -Dstyle.color=never test -Dinterop.repo="$repo" \
-     -Dinterop.excludedGroups="$excluded_csv" \
+     -Dinterop.excludedGroups="$excluded_csv" ${INTEROP_JAVA_TESTS:+-Dtest="$INTEROP_JAVA_TESTS"} \
      -Dinterop.reportsDirectory="$reports/surefire")
   java_rc=$?
 fi
