@@ -91,6 +91,10 @@ def wait_until(what, probe, timeout, interval=0.2, describe_failure=None):
         time.sleep(interval)
 
 
+class NodeExited(RuntimeError):
+    """A node's process ended while the harness waited for it to serve."""
+
+
 class Node:
     """One node process. The cluster writes its config and tells it what to run; the node owns the process."""
 
@@ -338,14 +342,25 @@ class Cluster:
             node.start()
         return self.wait_ready(timeout=timeout)
 
+    def crashed_nodes(self):
+        """Nodes whose process exited although the harness neither killed nor stopped it."""
+        return [n for n in self.nodes if n.proc is not None and n.proc.poll() is not None]
+
     def heal(self, timeout=READY_TIMEOUT_S):
-        """Resumes paused nodes, starts stopped ones, and waits until all N are ready again (between tests)."""
+        """Resumes paused nodes, starts stopped ones, and waits until all N are ready again (between tests). A node
+        that crashed on its own is restarted too, and then reported: an AssertionError with its exit code and log."""
+        crashes = []
+        for node in self.crashed_nodes():
+            node._reap(timeout=1)
+            crashes.append(f"node {node.node_id} exited with {node.returncode} on its own:\n{node.log_tail()}")
         for node in self.nodes:
             if node.paused:
                 node.resume()
             if not node.alive():
                 node.start()
-        return self.wait_ready(timeout=timeout)
+        leader = self.wait_ready(timeout=timeout)
+        assert not crashes, "\n".join(crashes)
+        return leader
 
     def close(self):
         """Kills every node (SIGKILL: the test is over) and removes the work directory unless INTEROP_KEEP=1."""
@@ -382,14 +397,17 @@ class Cluster:
     def wait_ready(self, timeout=READY_TIMEOUT_S):
         """Waits until every running node answers Metadata listing every running broker (all registered and
         unfenced) and DescribeQuorum names one leader; returns that leader (the active controller) id."""
-        for node in self.nodes:
-            if node.proc is not None and not node.alive():
+        expected = {n.node_id for n in self.nodes if n.proc is not None and not n.paused}
+
+        def probe():
+            for node in self.crashed_nodes():
                 node._reap(timeout=1)
-                raise AssertionError(f"node {node.node_id} exited with {node.returncode} during start-up:\n"
-                                     f"{node.log_tail()}")
-        expected = {n.node_id for n in self.live_nodes()}
-        return self.wait_until(f"cluster ready with brokers {sorted(expected)}",
-                               lambda: self._ready_view(expected), timeout, interval=0.3)
+                # Not an AssertionError: wait_until retries those, and a dead node will not come back by itself.
+                raise NodeExited(f"node {node.node_id} exited with {node.returncode} while the cluster was "
+                                 f"forming:\n{node.log_tail()}")
+            return self._ready_view(expected)
+
+        return self.wait_until(f"cluster ready with brokers {sorted(expected)}", probe, timeout, interval=0.3)
 
     def active_controller(self, via=None):
         """The metadata quorum's leader id, asked of `via` (default: the first live node)."""
