@@ -314,23 +314,38 @@ class Cluster:
         return [self.annal_bin, "serve", "--config", str(config_path), "--cluster-id", self.cluster_id]
 
     def format(self, nodes=None):
-        """Kafka only: `StorageTool format` for every node not yet formatted (in parallel: each is a JVM start)."""
+        """Kafka only: `StorageTool format` for every node not yet formatted (in parallel: each is a JVM start).
+        A failed format is tried once more (one failure in about ten full runs was seen on the shared machine, its
+        cause unrecorded); the first attempt's output stays in format.log.1 and both are in the error."""
         if self.kind != "kafka":
             return
-        running = []
-        for node in nodes or self.nodes:
-            if (node.data_dir / "meta.properties").exists():
-                continue
-            log = open(node.workdir / "format.log", "wb")
-            cmd = self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(node.config_path))
-            running.append((node, log, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                                        stdin=subprocess.DEVNULL)))
-        for node, log, proc in running:
-            rc = proc.wait(timeout=READY_TIMEOUT_S)
-            log.close()
-            if rc != 0:
-                raise RuntimeError(f"kafka storage format of node {node.node_id} failed ({rc}):\n"
-                                   f"{(node.workdir / 'format.log').read_text(errors='replace')}")
+        pending = [n for n in (nodes or self.nodes) if not (n.data_dir / "meta.properties").exists()]
+        for attempt in (1, 2):
+            running = []
+            for node in pending:
+                log = open(node.workdir / "format.log", "wb")
+                cmd = self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c",
+                                 str(node.config_path))
+                running.append((node, log, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                                            stdin=subprocess.DEVNULL)))
+            pending = []
+            for node, log, proc in running:
+                rc = proc.wait(timeout=READY_TIMEOUT_S)
+                log.close()
+                if rc != 0:
+                    pending.append(node)
+                    if attempt == 1:
+                        (node.workdir / "format.log").rename(node.workdir / "format.log.1")
+                    else:
+                        first = (node.workdir / "format.log.1").read_text(errors="replace")
+                        second = (node.workdir / "format.log").read_text(errors="replace")
+                        raise RuntimeError(f"kafka storage format of node {node.node_id} failed twice (last exit "
+                                           f"{rc}):\n{first}\n---- second attempt:\n{second}")
+            if not pending:
+                return
+            print(f"cluster.py: kafka storage format failed for nodes {[n.node_id for n in pending]}, retrying; "
+                  f"first output: {(pending[0].workdir / 'format.log.1').read_text(errors='replace')[-2000:]}",
+                  file=sys.stderr)
 
     def start(self, timeout=READY_TIMEOUT_S):
         """Writes every node's config, formats (Kafka), starts every node and waits until the cluster is ready."""
