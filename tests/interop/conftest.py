@@ -13,6 +13,9 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "groups: consumer-group tests (issue 4); run only with INTEROP_GROUPS=1")
     config.addinivalue_line("markers", "idempotence: idempotent-producer tests (issue 6); skipped with "
                                        "INTEROP_IDEMPOTENCE=0")
+    config.addinivalue_line("markers", "cluster: starts its own 3-node cluster (issue 9); run only with "
+                                       "INTEROP_CLUSTER=1")
+    config.addinivalue_line("markers", "annal_only: a check Kafka does not make (skipped with INTEROP_BROKER=kafka)")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -20,9 +23,19 @@ def pytest_collection_modifyitems(config, items):
     if os.environ.get("INTEROP_GROUPS") != "1":
         skips["groups"] = pytest.mark.skip(reason="consumer-group test (issue 4): enable with INTEROP_GROUPS=1 once "
                                                   "the group coordinator lands")
+    if os.environ.get("INTEROP_CLUSTER") != "1":
+        skips["cluster"] = pytest.mark.skip(reason="cluster test (issue 9): enable with INTEROP_CLUSTER=1 once "
+                                                   "Annal's cluster mode lands (passes against INTEROP_BROKER=kafka)")
+    elif os.environ.get("INTEROP_BOOTSTRAP"):
+        skips["cluster"] = pytest.mark.skip(reason="cluster test starts its own nodes; INTEROP_BOOTSTRAP is set")
+    if os.environ.get("INTEROP_BROKER") == "kafka":
+        skips["annal_only"] = pytest.mark.skip(reason="Annal-only check: Kafka does not refuse this")
     if os.environ.get("INTEROP_IDEMPOTENCE") == "0":
         skips["idempotence"] = pytest.mark.skip(reason="idempotent-producer test (issue 6) disabled by "
                                                        "INTEROP_IDEMPOTENCE=0")
+    config.addinivalue_line("markers", "cluster: starts its own 3-node cluster (issue 9); run only with "
+                                       "INTEROP_CLUSTER=1")
+    config.addinivalue_line("markers", "annal_only: a check Kafka does not make (skipped with INTEROP_BROKER=kafka)")
     for item in items:
         for marker, skip in skips.items():
             if marker in item.keywords:

@@ -8,14 +8,14 @@ versions a Kafka 4.x broker (and Annal) advertise, and v2 record batches. Writte
 import socket
 import struct
 
-from kafka.record.util import calc_crc32c
-
 API_PRODUCE, API_FETCH, API_LIST_OFFSETS, API_METADATA = 0, 1, 2, 3
 API_VERSIONS = 18
+API_DESCRIBE_QUORUM, API_DESCRIBE_CLUSTER = 55, 60
 UNSUPPORTED_VERSION = 35
 
 # First flexible (compact encoding + tagged fields) version per API.
-FLEXIBLE_FROM = {API_PRODUCE: 9, API_FETCH: 12, API_LIST_OFFSETS: 6, API_METADATA: 9, API_VERSIONS: 3}
+FLEXIBLE_FROM = {API_PRODUCE: 9, API_FETCH: 12, API_LIST_OFFSETS: 6, API_METADATA: 9, API_VERSIONS: 3,
+                 API_DESCRIBE_QUORUM: 0, API_DESCRIBE_CLUSTER: 0}
 
 
 # ---------------------------------------------------------------- primitive encoders
@@ -228,6 +228,94 @@ def metadata_body(version, topics):
     return out
 
 
+METADATA_CLUSTER_VERSION = 12  # the newest version both Kafka 4.x and Annal answer; carries leader epochs
+
+
+def parse_metadata_v12(r):
+    """A Metadata v12 response as a dict: brokers {id: (host, port, rack)}, cluster_id, controller_id, and
+    topics {name: {"error": code, "partitions": {index: {leader, leader_epoch, replicas, isr, offline, error}}}}."""
+    r.i32()  # throttle_time_ms
+    brokers = {}
+    for _ in range(r.array_len(True)):
+        node_id, host, port, rack = r.i32(), r.string(True), r.i32(), r.string(True)
+        r.skip_tags()
+        brokers[node_id] = (host, port, rack)
+    cluster_id = r.string(True)
+    controller_id = r.i32()
+    topics = {}
+    for _ in range(r.array_len(True)):
+        error, name = r.i16(), r.string(True)
+        r.take(16)  # topic_id
+        r.i8()  # is_internal
+        partitions = {}
+        for _ in range(r.array_len(True)):
+            p_error, index, leader, epoch = r.i16(), r.i32(), r.i32(), r.i32()
+            replicas = [r.i32() for _ in range(r.array_len(True))]
+            isr = [r.i32() for _ in range(r.array_len(True))]
+            offline = [r.i32() for _ in range(r.array_len(True))]
+            r.skip_tags()
+            partitions[index] = {"error": p_error, "leader": leader, "leader_epoch": epoch, "replicas": replicas,
+                                 "isr": isr, "offline": offline}
+        r.i32()  # topic_authorized_operations
+        r.skip_tags()
+        topics[name] = {"error": error, "partitions": partitions}
+    r.skip_tags()
+    return {"brokers": brokers, "cluster_id": cluster_id, "controller_id": controller_id, "topics": topics}
+
+
+def metadata(node, topics=None, timeout=5.0):
+    """Metadata v12 asked of this one node (not of whichever broker a client library happens to pick)."""
+    with connect(node, timeout=timeout) as s:
+        v = METADATA_CLUSTER_VERSION
+        return parse_metadata_v12(roundtrip(s, API_METADATA, v, 1, metadata_body(v, topics)))
+
+
+def describe_cluster(node, timeout=5.0):
+    """DescribeCluster v0 asked of this node: {error, error_message, cluster_id, controller_id, brokers {id: ...}}."""
+    with connect(node, timeout=timeout) as s:
+        r = roundtrip(s, API_DESCRIBE_CLUSTER, 0, 1, b"\x00" + TAGS_NONE)  # include_cluster_authorized_operations
+        r.i32()  # throttle_time_ms
+        error, message, cluster_id, controller_id = r.i16(), r.string(True), r.string(True), r.i32()
+        brokers = {}
+        for _ in range(r.array_len(True)):
+            node_id, host, port, rack = r.i32(), r.string(True), r.i32(), r.string(True)
+            r.skip_tags()
+            brokers[node_id] = (host, port, rack)
+        return {"error": error, "error_message": message, "cluster_id": cluster_id, "controller_id": controller_id,
+                "brokers": brokers}
+
+
+def describe_quorum(node, timeout=5.0):
+    """DescribeQuorum v1 for __cluster_metadata-0 asked of this node (a broker forwards it to the active controller):
+    {error, leader_id, leader_epoch, high_watermark, voters [ids], observers [ids]}."""
+    body = (array_len(1, True) + string("__cluster_metadata", True) + array_len(1, True) + struct.pack(">i", 0)
+            + TAGS_NONE + TAGS_NONE + TAGS_NONE)
+    with connect(node, timeout=timeout) as s:
+        r = roundtrip(s, API_DESCRIBE_QUORUM, 1, 1, body)
+        error = r.i16()
+        out = {"error": error, "leader_id": -1, "leader_epoch": -1, "high_watermark": -1, "voters": [],
+               "observers": []}
+        for _ in range(r.array_len(True)):
+            r.string(True)  # topic name
+            for _ in range(r.array_len(True)):
+                r.i32()  # partition index
+                p_error, leader, epoch, hw = r.i16(), r.i32(), r.i32(), r.i64()
+                groups = []
+                for _ in range(2):  # current voters, then observers
+                    ids = []
+                    for _ in range(r.array_len(True)):
+                        ids.append(r.i32())
+                        r.i64(), r.i64(), r.i64()  # log end offset, last fetch, last caught up (v1)
+                        r.skip_tags()
+                    groups.append(ids)
+                r.skip_tags()
+                out.update(error=error or p_error, leader_id=leader, leader_epoch=epoch, high_watermark=hw,
+                           voters=groups[0], observers=groups[1])
+            r.skip_tags()
+        r.skip_tags()
+        return out
+
+
 # ---------------------------------------------------------------- record batches
 
 
@@ -251,6 +339,8 @@ def record_batch(values, base_timestamp=1_700_000_000_000, records_count=None, r
     last_delta = max(len(values) - 1, 0)
     after_crc = struct.pack(">hiqqqhii", attributes, last_delta, base_timestamp, base_timestamp + last_delta,
                             -1, -1, -1, n) + recs
+    # Imported here so that the cluster harness (cluster.py, stdlib only) can use this module without the venv.
+    from kafka.record.util import calc_crc32c
     crc = calc_crc32c(after_crc)
     # partitionLeaderEpoch, magic, crc
     after_length = struct.pack(">ibI", -1, 2, crc) + after_crc
