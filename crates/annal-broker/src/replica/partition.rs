@@ -223,7 +223,7 @@ impl Partition {
             tracing::info!(partition = %self.name(), leader_epoch, current = state.leader_epoch, "ignoring a stale leader change");
             return false;
         }
-        if state.epochs.last().map_or(true, |(e, _)| *e < leader_epoch) {
+        if state.epochs.last().is_none_or(|(e, _)| *e < leader_epoch) {
             let log = self.log.lock();
             // The first epoch covers what the log already holds (a single node has always written epoch 0).
             let start = if state.epochs.is_empty() {
@@ -281,7 +281,7 @@ impl Partition {
     /// under the log lock, so the next group-commit fsync covers it.
     pub fn append_records_to_leader(
         &self,
-        batches: &mut Vec<u8>,
+        batches: &mut [u8],
         required_acks: i16,
         now_ms: i64,
     ) -> Result<LeaderAppend, PartitionError> {
