@@ -10,8 +10,15 @@ use crate::durable::write_atomic;
 
 pub const META_FILE: &str = "meta.properties";
 
-/// Loads or creates `meta.properties`; returns the cluster id.
-pub fn load_or_create(data_dir: &Path, node_id: i32) -> anyhow::Result<String> {
+/// Loads or creates `meta.properties`; returns the cluster id. `given` (`annal serve --cluster-id`) is the id a new
+/// directory is created with, and must match an existing directory's; `require_given` refuses to invent a random
+/// id (a multi-node cluster, whose nodes must share one).
+pub fn load_or_create(
+    data_dir: &Path,
+    node_id: i32,
+    given: Option<&str>,
+    require_given: bool,
+) -> anyhow::Result<String> {
     let path = data_dir.join(META_FILE);
     if path.exists() {
         let text = std::fs::read_to_string(&path)?;
@@ -38,9 +45,29 @@ pub fn load_or_create(data_dir: &Path, node_id: i32) -> anyhow::Result<String> {
                 );
             }
         }
+        if let Some(given) = given {
+            if given != cluster_id {
+                bail!(
+                    "data directory {} belongs to cluster {cluster_id}, but this node was started with \
+                     --cluster-id {given}; point log.dirs at this cluster's directory, or start without \
+                     --cluster-id to keep the directory's cluster",
+                    data_dir.display()
+                );
+            }
+        }
         return Ok(cluster_id);
     }
-    let cluster_id = new_cluster_id();
+    let cluster_id = match given {
+        Some(id) if id.trim().is_empty() => bail!("--cluster-id must not be empty"),
+        Some(id) => id.trim().to_string(),
+        None if require_given => bail!(
+            "data directory {} is new and this node is one of several voters: start every node of the \
+             cluster with the same --cluster-id ID (22 characters of URL-safe base64, as \
+             `kafka-storage random-uuid` prints)",
+            data_dir.display()
+        ),
+        None => new_cluster_id(),
+    };
     let text = format!(
         "# Written by Annal on first start; do not edit.\nversion=1\ncluster.id={cluster_id}\nnode.id={node_id}\n"
     );
@@ -74,9 +101,24 @@ mod tests {
     #[test]
     fn cluster_id_is_kept() {
         let dir = tempfile::tempdir().unwrap();
-        let a = super::load_or_create(dir.path(), 0).unwrap();
+        let a = super::load_or_create(dir.path(), 0, None, false).unwrap();
         assert_eq!(a.len(), 22);
-        assert_eq!(super::load_or_create(dir.path(), 0).unwrap(), a);
-        assert!(super::load_or_create(dir.path(), 1).is_err());
+        assert_eq!(
+            super::load_or_create(dir.path(), 0, None, false).unwrap(),
+            a
+        );
+        assert_eq!(
+            super::load_or_create(dir.path(), 0, Some(&a), true).unwrap(),
+            a
+        );
+        assert!(super::load_or_create(dir.path(), 1, None, false).is_err());
+        let err = super::load_or_create(dir.path(), 0, Some("another"), true).unwrap_err();
+        assert!(err.to_string().contains("belongs to cluster"), "{err}");
+        let fresh = tempfile::tempdir().unwrap();
+        assert!(super::load_or_create(fresh.path(), 0, None, true).is_err());
+        assert_eq!(
+            super::load_or_create(fresh.path(), 0, Some("c1"), true).unwrap(),
+            "c1"
+        );
     }
 }

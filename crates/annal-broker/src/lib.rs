@@ -10,6 +10,7 @@
 //! coordinator, on its own `__consumer_offsets` logs.
 
 mod apis;
+pub mod cluster;
 mod cluster_meta;
 pub mod config;
 mod durable;
@@ -40,7 +41,9 @@ use crate::producer_ids::ProducerIds;
 pub struct Broker {
     config: BrokerConfig,
     cluster_id: String,
-    replica_manager: ReplicaManager,
+    replica_manager: Arc<ReplicaManager>,
+    /// Present in a cluster (explicit KRaft configuration); `None` on the zero-configuration single node.
+    cluster: Option<Arc<cluster::ClusterRuntime>>,
     producer_ids: ProducerIds,
     /// Consumer groups and committed offsets (`__consumer_offsets` logs).
     groups: Arc<group::GroupCoordinator>,
@@ -61,6 +64,11 @@ impl Broker {
 
     pub fn replica_manager(&self) -> &ReplicaManager {
         &self.replica_manager
+    }
+
+    /// The cluster side of this broker, unless it is a zero-configuration single node.
+    pub fn cluster(&self) -> Option<&Arc<cluster::ClusterRuntime>> {
+        self.cluster.as_ref()
     }
 
     pub fn groups(&self) -> &Arc<group::GroupCoordinator> {
@@ -119,10 +127,21 @@ pub async fn start(
             config.data_dir.display()
         )
     })?;
-    let cluster_id = cluster_meta::load_or_create(&config.data_dir, config.node_id)?;
+    let cluster_id = cluster_meta::load_or_create(
+        &config.data_dir,
+        config.node_id,
+        config.cluster_id.as_deref(),
+        config.cluster.quorum.voters.len() > 1,
+    )?;
     let producer_ids = ProducerIds::open(&config.data_dir)?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let replica_manager = ReplicaManager::open(&config, stop_rx.clone())?;
+    let clustered = !config.cluster.implicit_single_node;
+    let mut cluster = if clustered {
+        Some(cluster::ClusterRuntime::start(&config, &cluster_id).await?)
+    } else {
+        None
+    };
+    let replica_manager = Arc::new(ReplicaManager::open(&config, stop_rx.clone())?);
     let groups = group::GroupCoordinator::open(&config.data_dir, config.groups.clone())?;
     let local = listener.local_addr()?;
     let advertised = match &config.advertised {
@@ -138,11 +157,23 @@ pub async fn start(
             (host, local.port())
         }
     };
+    if let Some(c) = cluster.as_mut() {
+        let name = c.client_listener_name().to_string();
+        let listeners = vec![cluster::lifecycle::Endpoint {
+            name,
+            host: advertised.0.clone(),
+            port: advertised.1,
+        }];
+        c.attach(&config, &cluster_id, replica_manager.clone(), listeners)
+            .await?;
+    }
+    let cluster = cluster.map(Arc::new);
     let fetch_sessions = apis::fetch_session::FetchSessions::new(config.fetch_session_slots);
     let broker = Arc::new(Broker {
         config,
         cluster_id,
         replica_manager,
+        cluster,
         producer_ids,
         groups,
         advertised,
@@ -180,14 +211,23 @@ impl Started {
         } = self;
         let groups = broker.groups.clone();
         let retention = tokio::spawn(retention_loop(broker.clone(), stop_rx.clone()));
+        let cluster = broker.cluster.clone();
         tokio::spawn(async move {
             shutdown.await;
+            if let Some(c) = &cluster {
+                // Leaderships move away while clients are still served (they get NOT_LEADER_OR_FOLLOWER and
+                // follow the new leader), then the listeners close.
+                c.controlled_shutdown().await;
+            }
             let _ = stop_tx.send(true);
         });
         server::serve(listener, broker.clone(), stop_rx).await;
         retention.abort();
         let _ = retention.await;
 
+        if let Some(c) = broker.cluster.clone() {
+            c.shutdown().await;
+        }
         tracing::info!("flushing and closing partitions");
         groups.shutdown().await;
         let broker = Arc::try_unwrap(broker).map_err(|_| ()).ok();
@@ -245,10 +285,11 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Logs to stderr; `RUST_LOG` filters (default `info`). Safe to call more than once.
+/// Logs to stderr; `RUST_LOG` filters (default `info`, openraft at `warn`). Safe to call more than once.
 pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        // openraft logs every vote and append at info; its warnings are what an operator needs.
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -183,6 +183,17 @@ impl LogManager {
         partitions: i32,
         configs: BTreeMap<String, String>,
     ) -> anyhow::Result<Option<OpenedLogs>> {
+        self.create_topic_with_id(name, Uuid::new_v4(), partitions, configs)
+    }
+
+    /// [`LogManager::create_topic`] with the topic id the cluster metadata gave it.
+    pub fn create_topic_with_id(
+        &self,
+        name: &str,
+        id: Uuid,
+        partitions: i32,
+        configs: BTreeMap<String, String>,
+    ) -> anyhow::Result<Option<OpenedLogs>> {
         let _admin = self.admin.lock();
         let mut next = self.by_name.read().clone();
         if next.contains_key(name) {
@@ -190,7 +201,7 @@ impl LogManager {
         }
         let topic = Arc::new(Topic {
             name: name.to_string(),
-            id: Uuid::new_v4(),
+            id,
             partition_count: partitions,
             configs,
         });

@@ -9,8 +9,13 @@
 //! - [`controller`]: the controller, the only writer of metadata: broker registration and leases, topic
 //!   creation and placement, leader election, producer id blocks. It decides records against the image and
 //!   writes them through the quorum.
+//! - [`node`]: a running node: the quorum, the image it applies, and the controller while it leads.
+
+pub use node::{MetadataNode, MetadataNodeConfig};
 
 pub mod controller;
 pub mod image;
+pub mod listener;
+pub mod node;
 pub mod raft;
 pub mod records;

@@ -48,6 +48,10 @@ enum Command {
         /// One Kafka setting, KEY=VALUE; applied after --config.
         #[arg(long = "override")]
         overrides: Vec<String>,
+        /// The cluster id a new data directory is created with (every node of a cluster shares one; what
+        /// `kafka-storage format -t` sets for Kafka). A directory that already has one must match it.
+        #[arg(long)]
+        cluster_id: Option<String>,
     },
     /// Create, list, describe, alter and delete topics.
     Topic(cli::topic::TopicArgs),
@@ -86,10 +90,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             listen,
             config,
             overrides,
+            cluster_id,
         } => {
             annal_broker::init_tracing();
-            let cfg =
+            let mut cfg =
                 annal_broker::BrokerConfig::load(config.as_deref(), &overrides, data_dir, listen)?;
+            cfg.cluster_id = cluster_id;
             let rt = tokio::runtime::Runtime::new()?;
             rt.block_on(annal_broker::run(cfg, annal_broker::shutdown_signal()))
         }

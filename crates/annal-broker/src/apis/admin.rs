@@ -31,6 +31,10 @@ pub async fn create_topics(
     header: &RequestHeader,
     req: CreateTopicsRequest,
 ) -> CreateTopicsResponse {
+    if let Some(cluster) = broker.cluster() {
+        return super::forward::create_topics(broker, cluster, header.request_api_version, req)
+            .await;
+    }
     let version = header.request_api_version;
     let mut results = Vec::new();
     let mut seen = std::collections::HashSet::new();
@@ -225,6 +229,10 @@ pub async fn delete_topics(
     header: &RequestHeader,
     req: DeleteTopicsRequest,
 ) -> DeleteTopicsResponse {
+    if let Some(cluster) = broker.cluster() {
+        return super::forward::delete_topics(broker, cluster, header.request_api_version, req)
+            .await;
+    }
     let version = header.request_api_version;
     // v0-5 name topics in `topic_names`; v6 in `topics`, by name or by id.
     let targets: Vec<(Option<String>, Uuid)> = if version >= 6 {
@@ -302,9 +310,13 @@ pub async fn delete_topics(
 
 pub async fn create_partitions(
     broker: &Arc<Broker>,
-    _header: &RequestHeader,
+    header: &RequestHeader,
     req: CreatePartitionsRequest,
 ) -> CreatePartitionsResponse {
+    if let Some(cluster) = broker.cluster() {
+        return super::forward::create_partitions(broker, cluster, header.request_api_version, req)
+            .await;
+    }
     let mut results = Vec::new();
     for t in req.topics {
         let name = t.name.0.to_string();

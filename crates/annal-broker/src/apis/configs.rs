@@ -173,9 +173,12 @@ fn resource_check(broker: &Broker, resource_type: i8, name: &str) -> Result<(), 
 
 pub async fn alter(
     broker: &Arc<Broker>,
-    _header: &RequestHeader,
+    header: &RequestHeader,
     req: AlterConfigsRequest,
 ) -> AlterConfigsResponse {
+    if let Some(cluster) = broker.cluster() {
+        return super::forward::alter_configs(cluster, header.request_api_version, req).await;
+    }
     let mut responses = Vec::new();
     for r in req.resources {
         let name = r.resource_name.to_string();
@@ -214,9 +217,13 @@ pub async fn alter(
 
 pub async fn incremental_alter(
     broker: &Arc<Broker>,
-    _header: &RequestHeader,
+    header: &RequestHeader,
     req: IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigsResponse {
+    if let Some(cluster) = broker.cluster() {
+        return super::forward::incremental_alter_configs(cluster, header.request_api_version, req)
+            .await;
+    }
     let mut responses = Vec::new();
     for r in req.resources {
         let name = r.resource_name.to_string();

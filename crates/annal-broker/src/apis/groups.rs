@@ -3,6 +3,7 @@
 //! The broker is the coordinator of every group (single node), so FindCoordinator answers with this node.
 
 use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
 
 use crate::group::{ClientInfo, NodeInfo, TopicCatalog, TopicInfo};
 use crate::Broker;
@@ -53,8 +54,67 @@ pub async fn find_coordinator(
     h: &RequestHeader,
     r: FindCoordinatorRequest,
 ) -> FindCoordinatorResponse {
-    b.groups
-        .find_coordinator(r, h.request_api_version, &node(b))
+    let version = h.request_api_version;
+    let Some(cluster) = b.cluster() else {
+        return b.groups.find_coordinator(r, version, &node(b));
+    };
+    if version >= 4 {
+        let mut out = FindCoordinatorResponse::default();
+        for key in r.coordinator_keys.clone() {
+            let single = r.clone().with_coordinator_keys(vec![key.clone()]);
+            match cluster_coordinator(cluster, &key) {
+                Some(node) => out.coordinators.extend(
+                    b.groups
+                        .find_coordinator(single, version, &node)
+                        .coordinators,
+                ),
+                None => out.coordinators.push(
+                    find_coordinator_response::Coordinator::default()
+                        .with_key(key)
+                        .with_node_id(BrokerId(-1))
+                        .with_port(-1)
+                        .with_error_code(COORDINATOR_NOT_AVAILABLE)
+                        .with_error_message(Some(StrBytes::from_static_str(
+                            "the group's coordinator broker is not available; retry",
+                        ))),
+                ),
+            }
+        }
+        return out;
+    }
+    match cluster_coordinator(cluster, &r.key.clone()) {
+        Some(node) => b.groups.find_coordinator(r, version, &node),
+        None => FindCoordinatorResponse::default()
+            .with_error_code(COORDINATOR_NOT_AVAILABLE)
+            .with_node_id(BrokerId(-1))
+            .with_port(-1),
+    }
+}
+
+/// COORDINATOR_NOT_AVAILABLE (retriable).
+const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+
+/// The coordinator of a group in a cluster, until `__consumer_offsets` is a replicated topic (issue 10): one of
+/// the registered brokers, chosen by a stable hash of the group id, so every broker names the same one and a
+/// group's offsets stay on the broker that keeps its `__consumer_offsets` logs. `None` while that broker is
+/// fenced (clients retry).
+fn cluster_coordinator(cluster: &crate::cluster::ClusterRuntime, key: &str) -> Option<NodeInfo> {
+    let image = cluster.image();
+    let ids: Vec<i32> = image.brokers.keys().copied().collect();
+    if ids.is_empty() {
+        return None;
+    }
+    let slot = crc32c::crc32c(key.as_bytes()) as usize % ids.len();
+    let chosen = ids[slot];
+    cluster
+        .live_brokers()
+        .into_iter()
+        .find(|b| b.id == chosen)
+        .map(|b| NodeInfo {
+            node_id: b.id,
+            host: b.host,
+            port: i32::from(b.port),
+        })
 }
 
 pub async fn join_group(b: &Broker, h: &RequestHeader, r: JoinGroupRequest) -> JoinGroupResponse {

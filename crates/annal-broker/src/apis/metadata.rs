@@ -13,8 +13,11 @@ use kafka_protocol::messages::{
 };
 
 use super::{blocking, code, s, topic_name, CLUSTER_OPERATIONS, TOPIC_OPERATIONS};
+use crate::cluster::BrokerView;
 use crate::log_manager::{invalid_topic_name, Topic};
 use crate::Broker;
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::CreateTopicsRequest;
 
 pub async fn handle(
     broker: &Arc<Broker>,
@@ -22,7 +25,6 @@ pub async fn handle(
     req: MetadataRequest,
 ) -> MetadataResponse {
     let version = header.request_api_version;
-    let node = BrokerId(broker.config.node_id);
     let with_ops = version >= 8 && req.include_topic_authorized_operations;
     // v0: an empty list means all topics; v1+: null means all topics, empty means none.
     let requested = match req.topics {
@@ -49,6 +51,13 @@ pub async fn handle(
                 };
                 let topic = match (topic, &name) {
                     (Some(t), _) => Some(t),
+                    (None, Some(n))
+                        if allow_create
+                            && invalid_topic_name(n).is_none()
+                            && broker.cluster().is_some() =>
+                    {
+                        auto_create_in_cluster(broker, n).await
+                    }
                     (None, Some(n)) if allow_create && invalid_topic_name(n).is_none() => {
                         let (b, n2) = (broker.clone(), n.clone());
                         match blocking(move || {
@@ -93,13 +102,22 @@ pub async fn handle(
             }
         }
     }
+    let (brokers, controller) = brokers_and_controller(broker);
     let mut resp = MetadataResponse::default()
-        .with_brokers(vec![MetadataResponseBroker::default()
-            .with_node_id(node)
-            .with_host(s(broker.advertised.0.clone()))
-            .with_port(broker.advertised.1 as i32)])
+        .with_brokers(
+            brokers
+                .into_iter()
+                .map(|b| {
+                    MetadataResponseBroker::default()
+                        .with_node_id(BrokerId(b.id))
+                        .with_host(s(b.host))
+                        .with_port(i32::from(b.port))
+                        .with_rack(b.rack.map(s))
+                })
+                .collect(),
+        )
         .with_cluster_id(Some(s(broker.cluster_id.clone())))
-        .with_controller_id(node)
+        .with_controller_id(BrokerId(controller))
         .with_topics(topics);
     if (8..=10).contains(&version) && req.include_cluster_authorized_operations {
         resp.cluster_authorized_operations = CLUSTER_OPERATIONS;
@@ -140,18 +158,61 @@ pub async fn describe_cluster(
     _header: &RequestHeader,
     req: DescribeClusterRequest,
 ) -> DescribeClusterResponse {
-    let node = BrokerId(broker.config.node_id);
+    let (brokers, controller) = brokers_and_controller(broker);
     let mut resp = DescribeClusterResponse::default()
         .with_error_message(None)
         .with_cluster_id(s(broker.cluster_id.clone()))
-        .with_controller_id(node)
+        .with_controller_id(BrokerId(controller))
         .with_endpoint_type(req.endpoint_type)
-        .with_brokers(vec![DescribeClusterBroker::default()
-            .with_broker_id(node)
-            .with_host(s(broker.advertised.0.clone()))
-            .with_port(broker.advertised.1 as i32)]);
+        .with_brokers(
+            brokers
+                .into_iter()
+                .map(|b| {
+                    DescribeClusterBroker::default()
+                        .with_broker_id(BrokerId(b.id))
+                        .with_host(s(b.host))
+                        .with_port(i32::from(b.port))
+                        .with_rack(b.rack.map(s))
+                })
+                .collect(),
+        );
     if req.include_cluster_authorized_operations {
         resp.cluster_authorized_operations = CLUSTER_OPERATIONS;
     }
     resp
+}
+
+/// The brokers to list and the controller id: from the metadata image in a cluster, this node alone otherwise.
+fn brokers_and_controller(broker: &Broker) -> (Vec<BrokerView>, i32) {
+    match broker.cluster() {
+        Some(c) => (c.live_brokers(), c.controller_id()),
+        None => (
+            vec![BrokerView {
+                id: broker.config.node_id,
+                host: broker.advertised.0.clone(),
+                port: broker.advertised.1,
+                rack: None,
+            }],
+            broker.config.node_id,
+        ),
+    }
+}
+
+/// Metadata's auto-creation in a cluster: a CreateTopics (default partitions and replication factor) through the
+/// controller; the topic is listed if it is visible here once that returns.
+async fn auto_create_in_cluster(broker: &Arc<Broker>, name: &str) -> Option<Arc<Topic>> {
+    let cluster = broker.cluster()?;
+    let req = CreateTopicsRequest::default()
+        .with_topics(vec![CreatableTopic::default()
+            .with_name(topic_name(name))
+            .with_num_partitions(-1)
+            .with_replication_factor(-1)])
+        .with_timeout_ms(30_000);
+    let resp = super::forward::create_topics(broker, cluster, 5, req).await;
+    for t in &resp.topics {
+        if t.error_code != code::NONE && t.error_code != code::TOPIC_ALREADY_EXISTS {
+            tracing::info!(topic = %name, error_code = t.error_code, message = ?t.error_message, "auto-create through the controller failed");
+        }
+    }
+    broker.replica_manager.topic(name)
 }

@@ -6,6 +6,7 @@ pub mod api_versions;
 pub mod configs;
 pub mod fetch;
 pub mod fetch_session;
+pub(crate) mod forward;
 pub mod groups;
 pub mod metadata;
 pub mod offsets;

@@ -294,6 +294,9 @@ pub enum Source {
 pub struct BrokerConfig {
     /// Where partitions, metadata and the cluster id live.
     pub data_dir: PathBuf,
+    /// The cluster id a new data directory gets (`annal serve --cluster-id`); a random one when `None` on a
+    /// single node. An existing directory must hold the same id.
+    pub cluster_id: Option<String>,
     /// `HOST:PORT` to serve the Kafka protocol on: the client listener ([`ClusterConfig::client_listener`]), or
     /// on a controller-only node its controller listener. The full set of listeners is in `cluster.listeners`.
     pub listen: String,
@@ -476,6 +479,7 @@ impl BrokerConfig {
         }
 
         Ok(BrokerConfig {
+            cluster_id: None,
             data_dir,
             listen,
             advertised,

@@ -59,8 +59,13 @@ pub struct FetchPartitionResult {
     pub records: Result<Option<FileSlice>, PartitionError>,
 }
 
+/// The leader id of a partition that has none (Kafka's -1).
+pub const NO_LEADER: i32 = -1;
+
 pub struct ReplicaManager {
     local_broker_id: i32,
+    /// Part of a cluster: partition leadership comes from the metadata image, not from this node alone.
+    clustered: bool,
     config: BrokerConfig,
     log_manager: LogManager,
     /// topic -> its partitions, index = position. Replaced per topic on admin changes.
@@ -99,6 +104,7 @@ impl ReplicaManager {
         let (log_manager, opened) = LogManager::open(config)?;
         let manager = ReplicaManager {
             local_broker_id: config.node_id,
+            clustered: !config.cluster.implicit_single_node,
             config: config.clone(),
             log_manager,
             partitions: RwLock::new(HashMap::new()),
@@ -139,7 +145,12 @@ impl ReplicaManager {
                 config,
             );
             let me = self.local_broker_id;
-            p.make_leader(0, vec![me], vec![me]);
+            if self.clustered {
+                // Led by whoever the metadata names; until it is applied, nobody here.
+                p.make_follower(NO_LEADER, 0, vec![], vec![]);
+            } else {
+                p.make_leader(0, vec![me], vec![me]);
+            }
             parts.push(Arc::new(p));
         }
     }
@@ -215,8 +226,23 @@ impl ReplicaManager {
         partitions: i32,
         configs: BTreeMap<String, String>,
     ) -> anyhow::Result<Option<Arc<Topic>>> {
+        self.create_topic_with_id(name, Uuid::new_v4(), partitions, configs)
+    }
+
+    /// Creates a topic with the id the cluster metadata gave it. In a cluster its partitions start with no
+    /// leader; the metadata that created them says who leads (see `cluster::apply`). Blocking.
+    pub fn create_topic_with_id(
+        &self,
+        name: &str,
+        id: Uuid,
+        partitions: i32,
+        configs: BTreeMap<String, String>,
+    ) -> anyhow::Result<Option<Arc<Topic>>> {
         let _admin = self.admin.lock();
-        let Some(opened) = self.log_manager.create_topic(name, partitions, configs)? else {
+        let Some(opened) = self
+            .log_manager
+            .create_topic_with_id(name, id, partitions, configs)?
+        else {
             return Ok(None);
         };
         let topic = opened.topic.clone();

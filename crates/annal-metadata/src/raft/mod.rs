@@ -13,7 +13,7 @@ mod entry_codec;
 mod log_store;
 mod snapshot;
 mod state_file;
-mod transport;
+pub(crate) mod transport;
 mod types;
 
 #[cfg(test)]

@@ -33,7 +33,7 @@ use super::{Quorum, RAFT_RPC_API_KEY};
 /// Idle connections kept per peer.
 const IDLE_CONNECTIONS_PER_PEER_MAX: usize = 4;
 /// Smallest request frame: api key, version, correlation id, client id length.
-const REQUEST_HEADER_BYTES_MIN: usize = 10;
+pub(crate) const REQUEST_HEADER_BYTES_MIN: usize = 10;
 const CLIENT_ID: &str = "annal-raft";
 /// Connections one `serve` accepts at once; more are closed at once (a quorum has a handful of peers).
 const SERVED_CONNECTIONS_MAX: usize = 64;
@@ -301,7 +301,11 @@ pub(crate) fn encode_request_frame(correlation_id: i32, body: &[u8]) -> Vec<u8> 
     frame
 }
 
-async fn read_frame(stream: &mut TcpStream, min: usize, max: usize) -> std::io::Result<Vec<u8>> {
+pub(crate) async fn read_frame(
+    stream: &mut TcpStream,
+    min: usize,
+    max: usize,
+) -> std::io::Result<Vec<u8>> {
     let size = stream.read_i32().await?;
     let size = usize::try_from(size).unwrap_or(usize::MAX);
     if size < min || size > max {

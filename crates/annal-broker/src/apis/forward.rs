@@ -1,0 +1,234 @@
+//! Admin requests in a cluster: the controller alone writes metadata, so a broker forwards CreateTopics,
+//! DeleteTopics, CreatePartitions, AlterConfigs and IncrementalAlterConfigs to the active controller unchanged and
+//! returns its answer (Kafka wraps them in an Envelope; what the client sees is the same). When the controller
+//! cannot be reached, every item answers NOT_CONTROLLER, which clients retry.
+//!
+//! After a change commits, the broker waits (bounded) until its own partitions reflect it, so a client that asks
+//! this broker for Metadata right after CreateTopics sees the topic.
+
+use std::time::Duration;
+
+use kafka_protocol::messages::{
+    AlterConfigsRequest, AlterConfigsResponse, CreatePartitionsRequest, CreatePartitionsResponse,
+    CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+};
+
+use super::{code, s};
+use crate::cluster::ClusterRuntime;
+use crate::Broker;
+
+/// Kafka's NOT_CONTROLLER (retriable): the controller could not be reached or is changing.
+const NOT_CONTROLLER: i16 = 41;
+/// How long a forwarded change waits to show up in this broker's own state.
+const VISIBLE_WAIT_MAX: Duration = Duration::from_secs(5);
+const VISIBLE_POLL: Duration = Duration::from_millis(20);
+
+fn unreachable_message(e: &anyhow::Error) -> String {
+    format!("the active controller could not be reached ({e:#}); retry")
+}
+
+pub async fn create_topics(
+    broker: &Broker,
+    cluster: &ClusterRuntime,
+    version: i16,
+    req: CreateTopicsRequest,
+) -> CreateTopicsResponse {
+    let names: Vec<String> = req.topics.iter().map(|t| t.name.0.to_string()).collect();
+    let validate_only = req.validate_only;
+    match cluster.channel().send(&req, version).await {
+        Ok(resp) => {
+            if !validate_only {
+                let created: Vec<&str> = resp
+                    .topics
+                    .iter()
+                    .filter(|t| t.error_code == code::NONE)
+                    .map(|t| t.name.0.as_str())
+                    .collect();
+                wait_until(|| {
+                    created
+                        .iter()
+                        .all(|n| broker.replica_manager().topic(n).is_some())
+                })
+                .await;
+            }
+            resp
+        }
+        Err(e) => {
+            let msg = unreachable_message(&e);
+            let mut resp = CreateTopicsResponse::default();
+            for (t, name) in req.topics.into_iter().zip(names) {
+                tracing::debug!(topic = %name, "CreateTopics not forwarded: {msg}");
+                resp.topics.push(
+                    kafka_protocol::messages::create_topics_response::CreatableTopicResult::default()
+                        .with_name(t.name)
+                        .with_error_code(NOT_CONTROLLER)
+                        .with_error_message(Some(s(msg.clone()))),
+                );
+            }
+            resp
+        }
+    }
+}
+
+pub async fn delete_topics(
+    broker: &Broker,
+    cluster: &ClusterRuntime,
+    version: i16,
+    req: DeleteTopicsRequest,
+) -> DeleteTopicsResponse {
+    use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+    match cluster.channel().send(&req, version).await {
+        Ok(resp) => {
+            let deleted: Vec<String> = resp
+                .responses
+                .iter()
+                .filter(|t| t.error_code == code::NONE)
+                .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
+                .collect();
+            wait_until(|| {
+                deleted
+                    .iter()
+                    .all(|n| broker.replica_manager().topic(n).is_none())
+            })
+            .await;
+            resp
+        }
+        Err(e) => {
+            let msg = unreachable_message(&e);
+            let mut resp = DeleteTopicsResponse::default();
+            let targets: Vec<_> = if version >= 6 {
+                req.topics
+                    .into_iter()
+                    .map(|t| (t.name, t.topic_id))
+                    .collect()
+            } else {
+                req.topic_names
+                    .into_iter()
+                    .map(|n| (Some(n), uuid::Uuid::nil()))
+                    .collect()
+            };
+            for (name, id) in targets {
+                resp.responses.push(
+                    DeletableTopicResult::default()
+                        .with_name(name)
+                        .with_topic_id(id)
+                        .with_error_code(NOT_CONTROLLER)
+                        .with_error_message(Some(s(msg.clone()))),
+                );
+            }
+            resp
+        }
+    }
+}
+
+pub async fn create_partitions(
+    broker: &Broker,
+    cluster: &ClusterRuntime,
+    version: i16,
+    req: CreatePartitionsRequest,
+) -> CreatePartitionsResponse {
+    use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+    let wanted: Vec<(String, i32)> = req
+        .topics
+        .iter()
+        .map(|t| (t.name.0.to_string(), t.count))
+        .collect();
+    let validate_only = req.validate_only;
+    match cluster.channel().send(&req, version).await {
+        Ok(resp) => {
+            if !validate_only {
+                let grown: Vec<&(String, i32)> = wanted
+                    .iter()
+                    .filter(|(n, _)| {
+                        resp.results
+                            .iter()
+                            .any(|r| r.name.0.as_str() == n && r.error_code == code::NONE)
+                    })
+                    .collect();
+                wait_until(|| {
+                    grown.iter().all(|(n, count)| {
+                        broker
+                            .replica_manager()
+                            .topic(n)
+                            .is_some_and(|t| t.partition_count >= *count)
+                    })
+                })
+                .await;
+            }
+            resp
+        }
+        Err(e) => {
+            let msg = unreachable_message(&e);
+            let mut resp = CreatePartitionsResponse::default();
+            for t in req.topics {
+                resp.results.push(
+                    CreatePartitionsTopicResult::default()
+                        .with_name(t.name)
+                        .with_error_code(NOT_CONTROLLER)
+                        .with_error_message(Some(s(msg.clone()))),
+                );
+            }
+            resp
+        }
+    }
+}
+
+pub async fn alter_configs(
+    cluster: &ClusterRuntime,
+    version: i16,
+    req: AlterConfigsRequest,
+) -> AlterConfigsResponse {
+    use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
+    match cluster.channel().send(&req, version).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            let msg = unreachable_message(&e);
+            let mut resp = AlterConfigsResponse::default();
+            for r in req.resources {
+                resp.responses.push(
+                    AlterConfigsResourceResponse::default()
+                        .with_resource_type(r.resource_type)
+                        .with_resource_name(r.resource_name)
+                        .with_error_code(NOT_CONTROLLER)
+                        .with_error_message(Some(s(msg.clone()))),
+                );
+            }
+            resp
+        }
+    }
+}
+
+pub async fn incremental_alter_configs(
+    cluster: &ClusterRuntime,
+    version: i16,
+    req: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
+    use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
+    match cluster.channel().send(&req, version).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            let msg = unreachable_message(&e);
+            let mut resp = IncrementalAlterConfigsResponse::default();
+            for r in req.resources {
+                resp.responses.push(
+                    AlterConfigsResourceResponse::default()
+                        .with_resource_type(r.resource_type)
+                        .with_resource_name(r.resource_name)
+                        .with_error_code(NOT_CONTROLLER)
+                        .with_error_message(Some(s(msg.clone()))),
+                );
+            }
+            resp
+        }
+    }
+}
+
+/// Waits until `done` holds, at most [`VISIBLE_WAIT_MAX`]; the change is committed either way, so running out
+/// only means a client may briefly not see it here.
+async fn wait_until(done: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + VISIBLE_WAIT_MAX;
+    while !done() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(VISIBLE_POLL).await;
+    }
+}

@@ -1,0 +1,102 @@
+//! Applies the metadata image to this broker's partitions: topics the image has and the broker does not are
+//! created (with the image's topic id and configs), topics gone from the image are deleted, grown topics get
+//! their new partitions, and every partition is made leader or follower as the image says.
+//!
+//! Idempotent: applying the same image twice changes nothing, so the watcher can simply apply the newest image
+//! whenever one is published (intermediate images may be skipped; only the latest state matters).
+//!
+//! Interim (until replication, issue 10): every broker keeps a log for every partition of every topic, empty
+//! where it is not a replica, so the replica manager's dense partition map holds. Only leaders are written to.
+
+use std::collections::BTreeMap;
+
+use annal_metadata::image::{ConfigResource, MetadataImage};
+use annal_metadata::records::ConfigResourceType;
+
+use crate::group::OFFSETS_TOPIC;
+use crate::replica::ReplicaManager;
+
+/// What one application changed, for the log line.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    pub topics_created: usize,
+    pub topics_deleted: usize,
+    pub leadership_changes: usize,
+}
+
+/// Applies `image` (blocking: it opens and deletes logs).
+pub fn apply_image(rm: &ReplicaManager, image: &MetadataImage) -> anyhow::Result<Applied> {
+    let me = rm.local_broker_id();
+    let mut applied = Applied::default();
+    for local in rm.topics() {
+        if local.name == OFFSETS_TOPIC {
+            continue; // the group coordinator owns its logs
+        }
+        let keep = image
+            .topic_by_name(&local.name)
+            .is_some_and(|t| t.id == local.id);
+        if !keep {
+            rm.delete_topic(&local.name)?;
+            applied.topics_deleted += 1;
+        }
+    }
+    for topic in image.topics.values() {
+        if topic.name == OFFSETS_TOPIC {
+            continue;
+        }
+        let configs: BTreeMap<String, String> = image
+            .configs
+            .get(&ConfigResource {
+                resource_type: ConfigResourceType::Topic,
+                name: topic.name.clone(),
+            })
+            .cloned()
+            .unwrap_or_default();
+        let count = i32::try_from(topic.partitions.len())
+            .map_err(|_| anyhow::anyhow!("topic {} has too many partitions", topic.name))?;
+        match rm.topic(&topic.name) {
+            None => {
+                rm.create_topic_with_id(&topic.name, topic.id, count, configs)?;
+                applied.topics_created += 1;
+            }
+            Some(local) => {
+                if local.partition_count < count {
+                    rm.create_partitions(&topic.name, count)?;
+                }
+                if local.configs != configs {
+                    rm.alter_topic_configs(&topic.name, configs)?;
+                }
+            }
+        }
+        for (&index, state) in &topic.partitions {
+            let Some(p) = rm.partition(&topic.name, index) else {
+                continue;
+            };
+            let unchanged = p.leader_epoch() == state.leader_epoch
+                && p.leader() == state.leader
+                && p.isr() == state.isr
+                && p.replicas() == state.replicas;
+            if unchanged {
+                continue;
+            }
+            let changed = if state.leader == me {
+                p.make_leader(
+                    state.leader_epoch,
+                    state.replicas.clone(),
+                    state.isr.clone(),
+                )
+            } else {
+                p.make_follower(
+                    state.leader,
+                    state.leader_epoch,
+                    state.replicas.clone(),
+                    state.isr.clone(),
+                )
+            };
+            if changed {
+                applied.leadership_changes += 1;
+            }
+        }
+    }
+    Ok(applied)
+}

@@ -1,0 +1,300 @@
+//! The broker in a cluster: the metadata node it runs (the quorum, the image, and the controller on voters),
+//! its lease with the active controller ([`lifecycle`]), its channel to that controller
+//! ([`controller_channel`]), and the watcher that applies every new image to the partitions ([`apply`]).
+//!
+//! A zero-configuration single node does not run this (see docs/decisions/0005-cluster-shape.md): its
+//! partitions are led by itself, as before.
+
+pub mod apply;
+pub mod controller_channel;
+pub mod lifecycle;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use annal_metadata::controller::ControllerConfig;
+use annal_metadata::image::MetadataImage;
+use annal_metadata::{MetadataNode, MetadataNodeConfig};
+use anyhow::Context;
+use tokio::sync::watch;
+
+use crate::config::BrokerConfig;
+use crate::replica::ReplicaManager;
+use controller_channel::ControllerChannel;
+use lifecycle::{Endpoint, LeaseState, LifecycleConfig};
+
+/// The longest a controlled shutdown waits for the controller to move this broker's leaderships away.
+const CONTROLLED_SHUTDOWN_MAX: Duration = Duration::from_secs(30);
+/// The longest start-up waits for this broker's first registration (a quorum without a majority yet keeps
+/// it waiting; the broker serves anyway, with whatever metadata it has).
+const REGISTRATION_WAIT_MAX: Duration = Duration::from_secs(10);
+
+/// A broker as clients see it in Metadata and DescribeCluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerView {
+    pub id: i32,
+    pub host: String,
+    pub port: u16,
+    pub rack: Option<String>,
+}
+
+/// A running broker's cluster side.
+pub struct ClusterRuntime {
+    node: Arc<MetadataNode>,
+    channel: Arc<ControllerChannel>,
+    lease: watch::Receiver<LeaseState>,
+    want_shutdown: watch::Sender<bool>,
+    lifecycle: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Stops the controller listener and the image watcher.
+    stop: watch::Sender<bool>,
+    /// The listener name clients use (Metadata answers each broker's endpoint of this name).
+    client_listener_name: String,
+}
+
+impl ClusterRuntime {
+    /// Starts the metadata node (binding the controller listener on a voter) and the controller listener.
+    /// The replica manager is not needed yet: [`ClusterRuntime::attach`] starts the parts that use it.
+    pub async fn start(config: &BrokerConfig, cluster_id: &str) -> anyhow::Result<ClusterRuntime> {
+        let cluster = &config.cluster;
+        let (stop, stop_rx) = watch::channel(false);
+        let voters: BTreeMap<i32, String> = cluster
+            .quorum
+            .voters
+            .iter()
+            .map(|(id, e)| (*id, e.to_string()))
+            .collect();
+        anyhow::ensure!(
+            !voters.is_empty(),
+            "controller.quorum.voters is empty: Annal needs a static voter set (id@host:port,...)"
+        );
+        let controller_listener = match cluster.controller_listener() {
+            Some(l) if cluster.roles.controller => {
+                let bind = l.bind.to_string();
+                Some(tokio::net::TcpListener::bind(&bind).await.with_context(|| {
+                    format!(
+                        "cannot bind the controller listener {} on {bind}; free the port or change `listeners`",
+                        l.name
+                    )
+                })?)
+            }
+            _ => None,
+        };
+        let advertised_addr = match (&controller_listener, cluster.controller_listener()) {
+            (Some(_), Some(l)) => voters
+                .get(&cluster.node_id)
+                .cloned()
+                .unwrap_or_else(|| l.bind.to_string()),
+            _ => config.listen.clone(),
+        };
+        let defaults = ControllerConfig::default();
+        let node = MetadataNode::start(MetadataNodeConfig {
+            node_id: cluster.node_id,
+            cluster_id: cluster_id.to_string(),
+            voters: voters.clone(),
+            advertised_addr,
+            data_dir: config.data_dir.clone(),
+            election_timeout_ms: cluster.quorum.election_timeout_ms,
+            controller: ControllerConfig {
+                session_timeout: Duration::from_millis(cluster.lease.session_timeout_ms),
+                heartbeat_interval: Duration::from_millis(cluster.lease.heartbeat_interval_ms),
+                default_replication_factor: config.default_replication_factor,
+                num_partitions: config.num_partitions,
+                seed: rand::random(),
+                ..defaults
+            },
+        })
+        .await?;
+        if let Some(listener) = controller_listener {
+            tracing::info!(addr = %listener.local_addr()?, "controller listener started");
+            tokio::spawn(annal_metadata::listener::serve(
+                listener,
+                node.clone(),
+                stop_rx.clone(),
+            ));
+        }
+        let voters_u64 = voters
+            .iter()
+            .map(|(id, a)| (*id as u64, a.clone()))
+            .collect();
+        let channel = Arc::new(ControllerChannel::new(voters_u64, node.watch_leader()));
+        let (want_shutdown, _) = watch::channel(false);
+        let (_, lease) = watch::channel(LeaseState::default());
+        let client_listener_name = cluster
+            .client_listener()
+            .map(|l| l.name.clone())
+            .unwrap_or_else(|| "PLAINTEXT".into());
+        Ok(ClusterRuntime {
+            node,
+            channel,
+            lease,
+            want_shutdown,
+            lifecycle: parking_lot::Mutex::new(None),
+            stop,
+            client_listener_name,
+        })
+    }
+
+    /// Starts the image watcher (image -> partitions) and the broker's lease with the controller, and waits a
+    /// bounded time for the first registration.
+    pub async fn attach(
+        &mut self,
+        config: &BrokerConfig,
+        cluster_id: &str,
+        replica_manager: Arc<ReplicaManager>,
+        listeners: Vec<Endpoint>,
+    ) -> anyhow::Result<()> {
+        let (offset_tx, offset_rx) = watch::channel(-1i64);
+        tokio::spawn(watch_image(
+            self.node.watch_image(),
+            replica_manager,
+            offset_tx,
+            self.stop.subscribe(),
+        ));
+        let (lease_tx, lease_rx) = watch::channel(LeaseState::default());
+        self.lease = lease_rx.clone();
+        let lifecycle = LifecycleConfig {
+            node_id: config.cluster.node_id,
+            cluster_id: cluster_id.to_string(),
+            incarnation_id: uuid::Uuid::new_v4(),
+            listeners,
+            rack: config.cluster.rack.clone(),
+            heartbeat_interval: Duration::from_millis(config.cluster.lease.heartbeat_interval_ms),
+            controlled_shutdown_max: if config.cluster.controlled_shutdown_enable {
+                CONTROLLED_SHUTDOWN_MAX
+            } else {
+                Duration::ZERO
+            },
+        };
+        let task = tokio::spawn(lifecycle::run(
+            lifecycle,
+            self.channel.clone(),
+            offset_rx,
+            self.want_shutdown.subscribe(),
+            lease_tx,
+        ));
+        *self.lifecycle.lock() = Some(task);
+        let mut lease = lease_rx;
+        let registered = tokio::time::timeout(
+            REGISTRATION_WAIT_MAX,
+            lease.wait_for(|l| l.broker_epoch >= 0),
+        )
+        .await;
+        if registered.is_err() {
+            tracing::warn!(
+                waited_s = REGISTRATION_WAIT_MAX.as_secs(),
+                "not registered with a controller yet (is a majority of controller.quorum.voters up?); \
+                 serving with the metadata this node has, and registering in the background"
+            );
+        }
+        Ok(())
+    }
+
+    pub fn node(&self) -> &Arc<MetadataNode> {
+        &self.node
+    }
+
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.node.image()
+    }
+
+    pub fn channel(&self) -> &Arc<ControllerChannel> {
+        &self.channel
+    }
+
+    pub fn lease(&self) -> LeaseState {
+        self.lease.borrow().clone()
+    }
+
+    pub fn client_listener_name(&self) -> &str {
+        &self.client_listener_name
+    }
+
+    /// The brokers clients may use, as Metadata lists them (Kafka lists unfenced brokers only): id, the endpoint
+    /// of this node's client listener name (or the broker's first endpoint), rack.
+    pub fn live_brokers(&self) -> Vec<BrokerView> {
+        self.image()
+            .live_brokers()
+            .filter_map(|b| {
+                let endpoint = b
+                    .listeners
+                    .iter()
+                    .find(|l| l.name == self.client_listener_name)
+                    .or_else(|| b.listeners.first())?;
+                Some(BrokerView {
+                    id: b.id,
+                    host: endpoint.host.clone(),
+                    port: endpoint.port,
+                    rack: b.rack.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// The active controller's id, or -1 while none is known.
+    pub fn controller_id(&self) -> i32 {
+        self.node.controller_id().unwrap_or(-1)
+    }
+
+    /// Controlled shutdown: asks the controller to move this broker's leaderships away and waits (bounded) for
+    /// it to release the broker. Clients keep being served meanwhile, with NOT_LEADER_OR_FOLLOWER for what moved.
+    pub async fn controlled_shutdown(&self) {
+        let _ = self.want_shutdown.send(true);
+        let task = self.lifecycle.lock().take();
+        if let Some(task) = task {
+            let _ =
+                tokio::time::timeout(CONTROLLED_SHUTDOWN_MAX + Duration::from_secs(5), task).await;
+        }
+    }
+
+    /// Stops the controller listener, the watcher and the metadata node.
+    pub async fn shutdown(&self) {
+        let _ = self.stop.send(true);
+        self.node.shutdown().await;
+    }
+}
+
+/// Applies each newly published image to the partitions, then reports the applied offset (what heartbeats
+/// tell the controller, which unfences the broker once it has caught up with its own registration).
+async fn watch_image(
+    mut images: watch::Receiver<Arc<MetadataImage>>,
+    replica_manager: Arc<ReplicaManager>,
+    offset: watch::Sender<i64>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let image = images.borrow_and_update().clone();
+        let rm = replica_manager.clone();
+        let img = image.clone();
+        let result = tokio::task::spawn_blocking(move || apply::apply_image(&rm, &img)).await;
+        match result {
+            Ok(Ok(applied)) => {
+                if applied != apply::Applied::default() {
+                    tracing::info!(
+                        offset = ?image.last_applied_offset,
+                        created = applied.topics_created,
+                        deleted = applied.topics_deleted,
+                        leadership_changes = applied.leadership_changes,
+                        "applied metadata"
+                    );
+                }
+                let applied_offset = image.last_applied_offset.map_or(-1, |o| o as i64);
+                offset.send_replace(applied_offset);
+            }
+            Ok(Err(e)) => {
+                // Not reported as caught up: the controller keeps this broker fenced until a retry succeeds.
+                tracing::error!(error = %format!("{e:#}"), "applying metadata to the partitions failed; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the metadata apply task panicked");
+                return;
+            }
+        }
+        tokio::select! {
+            changed = images.changed() => if changed.is_err() { return },
+            _ = crate::stopped(&mut stop) => return,
+        }
+    }
+}

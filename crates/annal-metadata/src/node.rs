@@ -1,0 +1,369 @@
+//! A metadata node: the quorum, the image this node rebuilds from it, and (on a voter) the controller that is
+//! active while this node leads the quorum.
+//!
+//! [`ImageStateMachine`] is the quorum's state machine: every committed entry is decoded and applied to the
+//! image, and the new image is published on a watch channel. [`QuorumWriter`] is the controller's
+//! [`MetadataWriter`] over the quorum. [`MetadataNode::start`] ties them together and runs the active
+//! controller's clock (lease expiry ticks) while this node is the leader.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{BrokerHeartbeatResponse, BrokerRegistrationResponse};
+use kafka_protocol::protocol::Encodable;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use crate::controller::{
+    self, errors, BoxFuture, Controller, ControllerConfig, MetadataWriter, WriteError,
+};
+use crate::image::MetadataImage;
+use crate::raft::{self, Quorum, QuorumConfig, QuorumStatus, StateMachine};
+use crate::records::{decode_batch, encode_batch, MetadataRecord};
+
+/// How often the active controller looks for lapsed leases.
+const TICK_INTERVAL: Duration = Duration::from_millis(250);
+
+/// The image every node rebuilds by applying committed entries in order.
+pub struct ImageStateMachine {
+    image: Mutex<Arc<MetadataImage>>,
+    published: watch::Sender<Arc<MetadataImage>>,
+    /// Set when a committed entry could not be applied: the node stops applying (its image would diverge
+    /// from the quorum's) and reports why.
+    poisoned: Mutex<Option<String>>,
+}
+
+impl ImageStateMachine {
+    pub fn new(cluster_id: &str) -> Arc<ImageStateMachine> {
+        let image = Arc::new(MetadataImage::new(cluster_id));
+        let (published, _) = watch::channel(image.clone());
+        Arc::new(ImageStateMachine {
+            image: Mutex::new(image),
+            published,
+            poisoned: Mutex::new(None),
+        })
+    }
+
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.image.lock().clone()
+    }
+
+    pub fn watch(&self) -> watch::Receiver<Arc<MetadataImage>> {
+        self.published.subscribe()
+    }
+
+    /// Why this node stopped applying metadata, if it did.
+    pub fn poisoned(&self) -> Option<String> {
+        self.poisoned.lock().clone()
+    }
+}
+
+impl StateMachine for ImageStateMachine {
+    fn apply(&self, index: u64, records: &[Vec<u8>]) {
+        if self.poisoned.lock().is_some() {
+            return;
+        }
+        let result = decode_batch(records)
+            .map_err(|e| format!("cannot decode the metadata entry at offset {index}: {e}"))
+            .and_then(|records| {
+                let mut next = (*self.image()).clone();
+                next.try_apply_batch(index, &records).map_err(|e| {
+                    format!("the metadata entry at offset {index} does not apply: {e}")
+                })?;
+                Ok(next)
+            });
+        match result {
+            Ok(next) => {
+                let next = Arc::new(next);
+                *self.image.lock() = next.clone();
+                self.published.send_replace(next);
+            }
+            Err(why) => {
+                tracing::error!(error = %why, "metadata node stopped applying the metadata log; \
+                    this node's view is frozen: restart it, and report this as a bug if it repeats");
+                *self.poisoned.lock() = Some(why);
+            }
+        }
+    }
+
+    fn snapshot(&self) -> (u64, Vec<u8>) {
+        let image = self.image();
+        (
+            image.last_applied_offset.unwrap_or(0),
+            image.encode_snapshot(),
+        )
+    }
+
+    fn restore(&self, _index: u64, data: &[u8]) -> Result<(), String> {
+        let image = MetadataImage::decode_snapshot(data).map_err(|e| e.to_string())?;
+        let image = Arc::new(image);
+        *self.image.lock() = image.clone();
+        self.published.send_replace(image);
+        Ok(())
+    }
+}
+
+/// The controller's writer: a batch of records is one quorum entry.
+pub struct QuorumWriter {
+    quorum: Arc<Quorum>,
+    state: Arc<ImageStateMachine>,
+}
+
+impl MetadataWriter for QuorumWriter {
+    fn write(&self, records: Vec<MetadataRecord>) -> BoxFuture<'_, Result<u64, WriteError>> {
+        Box::pin(async move {
+            match self.quorum.write(encode_batch(&records)).await {
+                Ok(index) => {
+                    if let Some(why) = self.state.poisoned() {
+                        return Err(WriteError::Unavailable(why));
+                    }
+                    Ok(index)
+                }
+                Err(raft::WriteError::NotLeader { leader }) => Err(WriteError::NotController {
+                    leader_hint: leader.and_then(|l| i32::try_from(l).ok()),
+                }),
+                Err(e) => Err(WriteError::Unavailable(e.to_string())),
+            }
+        })
+    }
+
+    fn image(&self) -> Arc<MetadataImage> {
+        self.state.image()
+    }
+}
+
+pub struct MetadataNodeConfig {
+    pub node_id: i32,
+    pub cluster_id: String,
+    /// Voter id -> "host:port" of its CONTROLLER listener.
+    pub voters: BTreeMap<i32, String>,
+    /// Where peers reach this node's raft endpoint (its controller listener; a broker-only node's
+    /// inter-broker listener).
+    pub advertised_addr: String,
+    pub data_dir: PathBuf,
+    /// controller.quorum.election.timeout.ms (openraft draws each timeout from [t, 2t)).
+    pub election_timeout_ms: u64,
+    pub controller: ControllerConfig,
+}
+
+/// A running metadata node.
+pub struct MetadataNode {
+    node_id: i32,
+    quorum: Arc<Quorum>,
+    state: Arc<ImageStateMachine>,
+    /// Present on voters: it acts only while this node leads the quorum.
+    controller: Option<Arc<Controller>>,
+    stop: watch::Sender<bool>,
+}
+
+impl MetadataNode {
+    pub async fn start(config: MetadataNodeConfig) -> anyhow::Result<Arc<MetadataNode>> {
+        let is_voter = config.voters.contains_key(&config.node_id);
+        let node_id = u64::try_from(config.node_id)
+            .map_err(|_| anyhow::anyhow!("node.id={} must not be negative", config.node_id))?;
+        let mut voters = BTreeMap::new();
+        for (id, addr) in &config.voters {
+            let id = u64::try_from(*id).map_err(|_| {
+                anyhow::anyhow!("controller.quorum.voters names a negative node id {id}")
+            })?;
+            voters.insert(id, addr.clone());
+        }
+        let mut quorum_config = QuorumConfig::new(
+            node_id,
+            voters,
+            config.advertised_addr.clone(),
+            config.data_dir.clone(),
+        );
+        let election = config.election_timeout_ms.max(50);
+        quorum_config.election_timeout_min_ms = election;
+        quorum_config.election_timeout_max_ms = election * 2;
+        quorum_config.heartbeat_interval_ms = (election / 4).max(10);
+        let state = ImageStateMachine::new(&config.cluster_id);
+        let quorum = Arc::new(
+            Quorum::start(quorum_config, state.clone())
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot start the metadata quorum: {e}"))?,
+        );
+        let image_cluster = state.image().cluster_id.clone();
+        anyhow::ensure!(
+            image_cluster == config.cluster_id,
+            "the metadata log in {} belongs to cluster {image_cluster}, not {}; \
+             point log.dirs at this cluster's data directory",
+            config.data_dir.display(),
+            config.cluster_id
+        );
+        let controller = is_voter.then(|| {
+            Arc::new(Controller::new(
+                config.controller,
+                Arc::new(QuorumWriter {
+                    quorum: quorum.clone(),
+                    state: state.clone(),
+                }),
+            ))
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let node = Arc::new(MetadataNode {
+            node_id: config.node_id,
+            quorum,
+            state,
+            controller,
+            stop,
+        });
+        if let Some(controller) = node.controller.clone() {
+            tokio::spawn(active_controller_loop(
+                controller,
+                node.quorum.clone(),
+                node_id,
+                stop_rx,
+            ));
+        }
+        Ok(node)
+    }
+
+    pub fn node_id(&self) -> i32 {
+        self.node_id
+    }
+
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.state.image()
+    }
+
+    pub fn watch_image(&self) -> watch::Receiver<Arc<MetadataImage>> {
+        self.state.watch()
+    }
+
+    /// The active controller (the quorum leader), as this node knows it.
+    pub fn controller_id(&self) -> Option<i32> {
+        self.quorum.leader().and_then(|l| i32::try_from(l).ok())
+    }
+
+    pub fn watch_leader(&self) -> watch::Receiver<Option<u64>> {
+        self.quorum.watch_leader()
+    }
+
+    pub fn is_active_controller(&self) -> bool {
+        self.controller.is_some() && self.quorum.is_leader()
+    }
+
+    pub fn quorum_status(&self) -> QuorumStatus {
+        self.quorum.status()
+    }
+
+    /// The raft transport's server side (the private API key on the controller listener).
+    pub async fn handle_raft_rpc(&self, body: &[u8]) -> Vec<u8> {
+        self.quorum.handle_rpc(body).await
+    }
+
+    /// Adds a broker-only node as a learner, so the leader replicates the metadata log to it.
+    pub async fn add_learner(&self, id: i32, addr: String) -> anyhow::Result<()> {
+        let id = u64::try_from(id).map_err(|_| anyhow::anyhow!("negative node id {id}"))?;
+        self.quorum
+            .add_learner(id, addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot add learner {id}: {e}"))
+    }
+
+    /// Whether this node's controller serves `api_key` (so a listener can route it here).
+    pub fn serves_controller_api(api_key: i16) -> bool {
+        controller::supported_apis()
+            .iter()
+            .any(|(k, _, _)| *k == api_key)
+    }
+
+    /// Answers a controller API request (its body; headers stay with the caller). A node that is not the active
+    /// controller answers registrations and heartbeats with NOT_CONTROLLER itself: a heartbeat must never
+    /// refresh a lease on a controller that is not the one deciding fencing.
+    pub async fn handle_controller_request(
+        &self,
+        api_key: i16,
+        version: i16,
+        body: Bytes,
+    ) -> Result<Bytes, controller::HandleError> {
+        let active = self.is_active_controller();
+        match (&self.controller, api_key) {
+            (Some(c), _) if active => c.handle(api_key, version, body, Instant::now()).await,
+            (_, 62) => encode_body(
+                api_key,
+                &BrokerRegistrationResponse::default()
+                    .with_error_code(errors::NOT_CONTROLLER)
+                    .with_broker_epoch(-1),
+                version,
+            ),
+            (_, 63) => encode_body(
+                api_key,
+                &BrokerHeartbeatResponse::default()
+                    .with_error_code(errors::NOT_CONTROLLER)
+                    .with_is_fenced(true),
+                version,
+            ),
+            // Admin requests: the controller decides against its image and its write fails with
+            // NOT_CONTROLLER; a node with no controller still answers through one built on the fly would be
+            // wrong, so it refuses the same way.
+            (Some(c), _) => c.handle(api_key, version, body, Instant::now()).await,
+            (None, _) => Err(controller::HandleError::UnsupportedApi(api_key)),
+        }
+    }
+
+    pub async fn shutdown(&self) {
+        let _ = self.stop.send(true);
+        self.quorum.shutdown().await;
+    }
+}
+
+fn encode_body<T: Encodable + kafka_protocol::protocol::Message>(
+    api_key: i16,
+    message: &T,
+    version: i16,
+) -> Result<Bytes, controller::HandleError> {
+    let mut buf = BytesMut::new();
+    match message.encode(&mut buf, version) {
+        Ok(()) => Ok(buf.freeze()),
+        Err(_) => Err(controller::HandleError::UnsupportedVersion {
+            api_key,
+            version,
+            min: T::VERSIONS.min,
+            max: T::VERSIONS.max,
+        }),
+    }
+}
+
+/// While this node leads the quorum: give every broker a fresh lease on becoming active, then tick.
+async fn active_controller_loop(
+    controller: Arc<Controller>,
+    quorum: Arc<Quorum>,
+    node_id: u64,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut leader = quorum.watch_leader();
+    let mut active = false;
+    loop {
+        let leads = *leader.borrow_and_update() == Some(node_id);
+        if leads && !active {
+            tracing::info!(node = node_id, "this node is now the active controller");
+            controller.on_become_active(Instant::now()).await;
+        } else if !leads && active {
+            tracing::info!(
+                node = node_id,
+                "this node is no longer the active controller"
+            );
+        }
+        active = leads;
+        tokio::select! {
+            _ = tokio::time::sleep(TICK_INTERVAL), if active => {
+                if let Err(e) = controller.tick(Instant::now()).await {
+                    tracing::debug!(error = %e, "controller tick did not commit");
+                }
+            }
+            changed = leader.changed() => if changed.is_err() { return },
+            _ = stopped(&mut stop) => return,
+        }
+    }
+}
+
+/// Resolves once `stop` is true (or its sender is gone); the watch guard stays inside so callers stay `Send`.
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
