@@ -48,7 +48,7 @@ pub fn load_or_create(
         if let Some(given) = given {
             if given != cluster_id {
                 bail!(
-                    "data directory {} belongs to cluster {cluster_id}, but this node was started with \
+                    "data directory {} belongs to cluster id {cluster_id}, but this node was started with \
                      --cluster-id {given}; point log.dirs at this cluster's directory, or start without \
                      --cluster-id to keep the directory's cluster",
                     data_dir.display()
@@ -113,7 +113,7 @@ mod tests {
         );
         assert!(super::load_or_create(dir.path(), 1, None, false).is_err());
         let err = super::load_or_create(dir.path(), 0, Some("another"), true).unwrap_err();
-        assert!(err.to_string().contains("belongs to cluster"), "{err}");
+        assert!(err.to_string().contains("belongs to cluster id"), "{err}");
         let fresh = tempfile::tempdir().unwrap();
         assert!(super::load_or_create(fresh.path(), 0, None, true).is_err());
         assert_eq!(

@@ -314,7 +314,7 @@ pub async fn handle_frame(broker: &Arc<Broker>, frame: Bytes) -> Result<Option<R
         // No response schema exists for an unknown key; Kafka closes the connection too.
         return Err(Close(format!("unknown API key {}", p.api_key)));
     };
-    let supported = apis::supported(api_key);
+    let supported = apis::supported_by(broker, api_key);
     let in_range = supported.is_some_and(|(min, max)| (min..=max).contains(&p.api_version));
     if !in_range {
         if api_key == ApiKey::ApiVersions {

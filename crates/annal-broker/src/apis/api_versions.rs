@@ -24,13 +24,23 @@ fn api_keys() -> Vec<ApiVersion> {
 }
 
 pub async fn handle(
-    _broker: &Arc<Broker>,
+    broker: &Arc<Broker>,
     _header: &RequestHeader,
     _req: ApiVersionsRequest,
 ) -> ApiVersionsResponse {
+    let mut keys = api_keys();
+    if broker.cluster().is_some() {
+        let (min, max) = super::CLUSTER_DESCRIBE_QUORUM;
+        keys.push(
+            ApiVersion::default()
+                .with_api_key(kafka_protocol::messages::ApiKey::DescribeQuorum as i16)
+                .with_min_version(min)
+                .with_max_version(max),
+        );
+    }
     ApiVersionsResponse::default()
         .with_error_code(code::NONE)
-        .with_api_keys(api_keys())
+        .with_api_keys(keys)
         .with_finalized_features_epoch(-1)
 }
 

@@ -17,7 +17,7 @@ use crate::cluster::BrokerView;
 use crate::log_manager::{invalid_topic_name, Topic};
 use crate::Broker;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
-use kafka_protocol::messages::CreateTopicsRequest;
+use kafka_protocol::messages::{CreateTopicsRequest, DescribeQuorumRequest, DescribeQuorumResponse};
 
 pub async fn handle(
     broker: &Arc<Broker>,
@@ -215,4 +215,24 @@ async fn auto_create_in_cluster(broker: &Arc<Broker>, name: &str) -> Option<Arc<
         }
     }
     broker.replica_manager.topic(name)
+}
+
+/// DescribeQuorum on a broker: forwarded to the active controller, which knows every voter's progress (a
+/// follower's own view lacks it). Only routed here in a cluster (see `apis::supported_by`).
+pub async fn describe_quorum(
+    broker: &Arc<Broker>,
+    header: &RequestHeader,
+    req: DescribeQuorumRequest,
+) -> DescribeQuorumResponse {
+    let Some(cluster) = broker.cluster() else {
+        return DescribeQuorumResponse::default().with_error_code(code::UNSUPPORTED_VERSION);
+    };
+    match cluster.channel().send(&req, header.request_api_version).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            tracing::debug!(error = %format!("{e:#}"), "DescribeQuorum not forwarded");
+            // The local view: the leader and epoch this node knows, which is what a client most needs.
+            annal_metadata::listener::describe_quorum(&cluster.node().quorum_status())
+        }
+    }
 }

@@ -58,6 +58,18 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
+/// DescribeQuorum, served by brokers of a cluster only (forwarded to the controller, as Kafka's brokers do); a
+/// zero-configuration single node runs no quorum and does not advertise it.
+pub const CLUSTER_DESCRIBE_QUORUM: (i16, i16) = (0, 2);
+
+/// The versions of `key` this broker serves: [`SUPPORTED`], plus the cluster-only APIs when it is in a cluster.
+pub fn supported_by(broker: &Broker, key: ApiKey) -> Option<(i16, i16)> {
+    if key == ApiKey::DescribeQuorum && broker.cluster().is_some() {
+        return Some(CLUSTER_DESCRIBE_QUORUM);
+    }
+    supported(key)
+}
+
 pub fn supported(key: ApiKey) -> Option<(i16, i16)> {
     SUPPORTED
         .iter()
@@ -211,6 +223,14 @@ pub async fn dispatch(
                 offsets::offset_for_leader_epoch
             )
         }
+        ApiKey::DescribeQuorum => route!(
+            broker,
+            key,
+            header,
+            buf,
+            DescribeQuorumRequest,
+            metadata::describe_quorum
+        ),
         ApiKey::DescribeLogDirs => route!(
             broker,
             key,

@@ -807,8 +807,9 @@ fn quorum(
                 return Err(SettingError::new(
                     "controller.quorum.voters",
                     format!(
-                        "says node {node_id} is at {mine}, but its {} listener binds port {}; other nodes would \
-                         call a port nobody listens on: make them agree",
+                        "says node.id={node_id} is at {mine}, but this node's {} listener binds port {}: either \
+                         another node already has node.id={node_id} (give this one its own id) or the voters entry \
+                         is wrong (other nodes would call a port nobody listens on); make them agree",
                         own.name, own.bind.port
                     ),
                 ));
