@@ -11,5 +11,5 @@ cargo test --workspace --locked --release 2>&1
 
 if [ -x tests/interop/run.sh ]; then
   echo "== interop: real Kafka clients against a real annal broker"
-  ANNAL_BIN="$PWD/target/release/annal" INTEROP_GROUPS=1 tests/interop/run.sh
+  ANNAL_BIN="$PWD/target/release/annal" INTEROP_GROUPS=1 INTEROP_CLUSTER=1 tests/interop/run.sh
 fi

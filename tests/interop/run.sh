@@ -9,9 +9,9 @@
 #   INTEROP_GROUPS=1                                          also run the consumer-group tests (issue 4)
 #   INTEROP_IDEMPOTENCE=0                                     skip the idempotent-producer tests (issue 6)
 #   INTEROP_CLUSTER=1                                         also run the 3-node cluster tests (issue 9: marker
-#                                                             `cluster`, test_cluster.py / @Tag("cluster")); off by
-#                                                             default until Annal's cluster mode lands, they pass
-#                                                             against INTEROP_BROKER=kafka. A few minutes.
+#                                                             `cluster`, test_cluster.py / @Tag("cluster")); ./test.sh
+#                                                             sets it. Under a minute against Annal, two against
+#                                                             INTEROP_BROKER=kafka.
 #   INTEROP_ONLY=python|java                                  run one half only
 #   INTEROP_JAVA_TESTS=ClusterTest                            run only these Java test classes (surefire -Dtest)
 #   extra arguments go to pytest (e.g. -k codec -x)
