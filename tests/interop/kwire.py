@@ -11,11 +11,12 @@ import struct
 API_PRODUCE, API_FETCH, API_LIST_OFFSETS, API_METADATA = 0, 1, 2, 3
 API_VERSIONS = 18
 API_DESCRIBE_QUORUM, API_DESCRIBE_CLUSTER = 55, 60
+API_INIT_PRODUCER_ID = 22
 UNSUPPORTED_VERSION = 35
 
 # First flexible (compact encoding + tagged fields) version per API.
 FLEXIBLE_FROM = {API_PRODUCE: 9, API_FETCH: 12, API_LIST_OFFSETS: 6, API_METADATA: 9, API_VERSIONS: 3,
-                 API_DESCRIBE_QUORUM: 0, API_DESCRIBE_CLUSTER: 0}
+                 API_DESCRIBE_QUORUM: 0, API_DESCRIBE_CLUSTER: 0, API_INIT_PRODUCER_ID: 2}
 
 
 # ---------------------------------------------------------------- primitive encoders
@@ -283,6 +284,15 @@ def describe_cluster(node, timeout=5.0):
             brokers[node_id] = (host, port, rack)
         return {"error": error, "error_message": message, "cluster_id": cluster_id, "controller_id": controller_id,
                 "brokers": brokers}
+
+
+def init_producer_id(node, timeout=10.0):
+    """InitProducerId v4 (idempotent, no transactional id) asked of this node: (error, producer_id, epoch)."""
+    body = b"\x00" + struct.pack(">iqh", 60000, -1, -1) + TAGS_NONE  # null transactional id (compact)
+    with connect(node, timeout=timeout) as s:
+        r = roundtrip(s, API_INIT_PRODUCER_ID, 4, 1, body)
+        r.i32()  # throttle_time_ms
+        return r.i16(), r.i64(), r.i16()
 
 
 def describe_quorum(node, timeout=5.0):

@@ -21,6 +21,7 @@ import kafka
 import kafka.admin
 import pytest
 
+import kwire
 from cluster import REFUSAL_TIMEOUT_S, SESSION_TIMEOUT_MS, Cluster
 from clients import ck_consume, ck_produce_all, ck_producer, kp_consume, kp_producer
 
@@ -363,6 +364,28 @@ def test_controlled_shutdown_under_produce_loses_no_acknowledged_record(healthy,
         lost = {o: v for o, v in want.items() if got.get(o) != v}
         assert not lost, f"partition {p}: {len(lost)} acknowledged records missing or changed, e.g. " \
                          f"{sorted(lost.items())[:3]}"
+
+
+# ---------------------------------------------------------------- producer ids
+
+
+def test_producer_ids_are_unique_across_the_cluster(healthy):
+    """Idempotent producers that bootstrap to different brokers never share a producer id (ids come from blocks
+    the controller hands out through the metadata log), so their sequences never collide on a shared partition."""
+    c = healthy
+    seen = {}
+    deadline = time.monotonic() + 30
+    for node in c.live_nodes():
+        for _ in range(5):
+            while True:
+                error, pid, epoch = kwire.init_producer_id(node)
+                if error == 0 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)  # retriable while a block is being fetched
+            assert error == 0, f"InitProducerId via node {node.node_id}: error {error}"
+            assert pid >= 0 and epoch == 0, (pid, epoch)
+            assert pid not in seen, f"producer id {pid} handed out by node {seen.get(pid)} and node {node.node_id}"
+            seen[pid] = node.node_id
 
 
 # ---------------------------------------------------------------- bad configuration

@@ -17,7 +17,9 @@ use crate::cluster::BrokerView;
 use crate::log_manager::{invalid_topic_name, Topic};
 use crate::Broker;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
-use kafka_protocol::messages::{CreateTopicsRequest, DescribeQuorumRequest, DescribeQuorumResponse};
+use kafka_protocol::messages::{
+    CreateTopicsRequest, DescribeQuorumRequest, DescribeQuorumResponse,
+};
 
 pub async fn handle(
     broker: &Arc<Broker>,
@@ -227,7 +229,11 @@ pub async fn describe_quorum(
     let Some(cluster) = broker.cluster() else {
         return DescribeQuorumResponse::default().with_error_code(code::UNSUPPORTED_VERSION);
     };
-    match cluster.channel().send(&req, header.request_api_version).await {
+    match cluster
+        .channel()
+        .send(&req, header.request_api_version)
+        .await
+    {
         Ok(resp) => resp,
         Err(e) => {
             tracing::debug!(error = %format!("{e:#}"), "DescribeQuorum not forwarded");

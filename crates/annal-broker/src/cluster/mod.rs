@@ -50,6 +50,9 @@ pub struct ClusterRuntime {
     stop: watch::Sender<bool>,
     /// The listener name clients use (Metadata answers each broker's endpoint of this name).
     client_listener_name: String,
+    /// The block of producer ids the controller gave this broker: (next, end). Blocks come from the metadata
+    /// log (AllocateProducerIds -> ProducerIdsRecord), so no two brokers ever hand out the same id.
+    producer_ids: tokio::sync::Mutex<(i64, i64)>,
 }
 
 impl ClusterRuntime {
@@ -132,6 +135,7 @@ impl ClusterRuntime {
             lifecycle: parking_lot::Mutex::new(None),
             stop,
             client_listener_name,
+            producer_ids: tokio::sync::Mutex::new((0, 0)),
         })
     }
 
@@ -229,6 +233,39 @@ impl ClusterRuntime {
                 })
             })
             .collect()
+    }
+
+    /// A producer id no broker of the cluster has handed out, from this broker's block (a new block from the
+    /// controller when it runs out).
+    pub async fn next_producer_id(&self, node_id: i32) -> anyhow::Result<i64> {
+        let mut ids = self.producer_ids.lock().await;
+        if ids.0 >= ids.1 {
+            let epoch = self.lease().broker_epoch;
+            anyhow::ensure!(
+                epoch >= 0,
+                "this broker is not registered with the controller yet; retry"
+            );
+            let req = kafka_protocol::messages::AllocateProducerIdsRequest::default()
+                .with_broker_id(kafka_protocol::messages::BrokerId(node_id))
+                .with_broker_epoch(epoch);
+            let resp = self.channel.send(&req, 0).await?;
+            anyhow::ensure!(
+                resp.error_code == 0,
+                "the controller refused a producer id block (error code {}); retry",
+                resp.error_code
+            );
+            let start = resp.producer_id_start.0;
+            let end = start
+                .checked_add(i64::from(resp.producer_id_len))
+                .filter(|end| *end > start)
+                .ok_or_else(|| {
+                    anyhow::anyhow!("the controller sent an empty or overflowing producer id block")
+                })?;
+            *ids = (start, end);
+        }
+        let id = ids.0;
+        ids.0 += 1;
+        Ok(id)
     }
 
     /// The active controller's id, or -1 while none is known.
