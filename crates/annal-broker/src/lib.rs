@@ -87,6 +87,9 @@ pub async fn run(
     config: BrokerConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    if config.cluster.roles.controller && !config.cluster.roles.broker {
+        return run_controller_only(config, shutdown).await;
+    }
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .map_err(|e| {
@@ -96,6 +99,32 @@ pub async fn run(
             )
         })?;
     run_with_listener(config, listener, shutdown).await
+}
+
+/// `process.roles=controller`: a metadata node and its CONTROLLER listener, no broker (no client listener, no
+/// partitions, no registration).
+async fn run_controller_only(
+    config: BrokerConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot create data directory {}: {e}",
+            config.data_dir.display()
+        )
+    })?;
+    let cluster_id = cluster_meta::load_or_create(
+        &config.data_dir,
+        config.node_id,
+        config.cluster_id.as_deref(),
+        config.cluster.quorum.voters.len() > 1,
+    )?;
+    let runtime = cluster::ClusterRuntime::start(&config, &cluster_id).await?;
+    tracing::info!(node = config.cluster.node_id, data_dir = %config.data_dir.display(), %cluster_id, "annal controller started");
+    shutdown.await;
+    runtime.shutdown().await;
+    tracing::info!("annal controller stopped");
+    Ok(())
 }
 
 /// Like [`run`], on a listener the caller bound (tests bind 127.0.0.1:0 and read the port first).

@@ -340,8 +340,8 @@ fn remove_orphans(data_dir: &Path, topics: &BTreeMap<String, Arc<Topic>>) {
         let Ok(part) = part.parse::<i32>() else {
             continue;
         };
-        // The group coordinator's own logs are not registered topics.
-        if topic == crate::group::OFFSETS_TOPIC {
+        // The group coordinator's own logs and the cluster's metadata log are not registered topics.
+        if topic == crate::group::OFFSETS_TOPIC || is_metadata_log_dir(&name) {
             continue;
         }
         if !entry.path().is_dir() || invalid_topic_name(topic).is_some() {
@@ -361,6 +361,11 @@ fn remove_orphans(data_dir: &Path, topics: &BTreeMap<String, Arc<Topic>>) {
     }
 }
 
+/// The metadata quorum's log (`__cluster_metadata-0`): named like a partition, owned by annal-metadata.
+fn is_metadata_log_dir(dir_name: &str) -> bool {
+    dir_name == annal_metadata::raft::METADATA_LOG_DIR
+}
+
 /// True if every file in `dir` is one the engine writes (segments, indexes, snapshots, checkpoints), so removing
 /// it cannot destroy anything else that happens to be named like `<name>-<number>`.
 fn looks_like_partition_dir(dir: &Path) -> bool {
@@ -378,4 +383,26 @@ fn looks_like_partition_dir(dir: &Path) -> bool {
                 || name.ends_with(".tmp")
                 || name == "partition.metadata")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The metadata log lives beside the partitions and is named like one; opening the partitions must never
+    /// take it for a deleted partition's leftovers.
+    #[test]
+    fn the_metadata_log_is_not_an_orphan() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = dir.path().join(annal_metadata::raft::METADATA_LOG_DIR);
+        std::fs::create_dir_all(&meta).unwrap();
+        std::fs::write(meta.join("00000000000000000000.log"), b"").unwrap();
+        let orphan = dir.path().join("gone-0");
+        std::fs::create_dir_all(&orphan).unwrap();
+        std::fs::write(orphan.join("00000000000000000000.log"), b"").unwrap();
+        let config = BrokerConfig::load(None, &[], Some(dir.path().to_path_buf()), None).unwrap();
+        let _ = LogManager::open(&config).unwrap();
+        assert!(meta.exists(), "the metadata log was removed");
+        assert!(!orphan.exists(), "a real orphan is still removed");
+    }
 }

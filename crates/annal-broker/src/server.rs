@@ -310,6 +310,10 @@ pub fn prefix(frame: &[u8]) -> Option<Prefix> {
 /// Decodes one request and answers it. `Ok(None)`: no response (Produce with acks=0). `Err`: close the connection.
 pub async fn handle_frame(broker: &Arc<Broker>, frame: Bytes) -> Result<Option<Response>, Close> {
     let p = prefix(&frame).ok_or_else(|| Close("frame shorter than a request header".into()))?;
+    if p.api_key == annal_metadata::raft::RAFT_RPC_API_KEY {
+        // A broker-only node learns the metadata log: the quorum leader pushes it to this listener.
+        return raft_rpc(broker, frame).await.map(Some);
+    }
     let Ok(api_key) = ApiKey::try_from(p.api_key) else {
         // No response schema exists for an unknown key; Kafka closes the connection too.
         return Err(Close(format!("unknown API key {}", p.api_key)));
@@ -338,6 +342,23 @@ pub async fn handle_frame(broker: &Arc<Broker>, frame: Bytes) -> Result<Option<R
     let header = RequestHeader::decode(&mut buf, header_version)
         .map_err(|e| Close(format!("malformed {api_key:?} request header: {e}")))?;
     apis::dispatch(broker, api_key, header, buf).await
+}
+
+/// A quorum RPC on the broker listener (learner nodes only). Closes the connection on a node with no cluster.
+async fn raft_rpc(broker: &Arc<Broker>, mut frame: Bytes) -> Result<Response, Close> {
+    let Some(cluster) = broker.cluster() else {
+        return Err(Close(
+            "a raft RPC reached a node that is not part of a cluster".into(),
+        ));
+    };
+    let header = RequestHeader::decode(&mut frame, 2)
+        .map_err(|e| Close(format!("malformed raft request header: {e}")))?;
+    let body = cluster.node().handle_raft_rpc(&frame).await;
+    let mut out = BytesMut::with_capacity(8 + body.len());
+    out.extend_from_slice(&((4 + body.len()) as u32).to_be_bytes());
+    out.extend_from_slice(&header.correlation_id.to_be_bytes());
+    out.extend_from_slice(&body);
+    Ok(Response::Buf(out))
 }
 
 /// Decodes a request body; a failure closes the connection.

@@ -284,6 +284,11 @@ impl MetadataNode {
     ) -> Result<Bytes, controller::HandleError> {
         let active = self.is_active_controller();
         match (&self.controller, api_key) {
+            (Some(c), 62) if active => {
+                let response = c.handle(api_key, version, body, Instant::now()).await?;
+                self.add_registered_learners();
+                Ok(response)
+            }
             (Some(c), _) if active => c.handle(api_key, version, body, Instant::now()).await,
             (_, 62) => encode_body(
                 api_key,
@@ -304,6 +309,42 @@ impl MetadataNode {
             // wrong, so it refuses the same way.
             (Some(c), _) => c.handle(api_key, version, body, Instant::now()).await,
             (None, _) => Err(controller::HandleError::UnsupportedApi(api_key)),
+        }
+    }
+
+    /// Makes every registered broker that is not a voter a learner of the quorum (at its first endpoint), so
+    /// the leader replicates the metadata log to it: KRaft's observers. Runs in the background; adding a node
+    /// that already learns is harmless.
+    fn add_registered_learners(&self) {
+        let status = self.quorum.status();
+        let known: std::collections::BTreeSet<u64> = status
+            .voters
+            .iter()
+            .chain(status.observers.iter())
+            .map(|r| r.node_id)
+            .collect();
+        for broker in self.image().brokers.values() {
+            let Ok(id) = u64::try_from(broker.id) else {
+                continue;
+            };
+            if known.contains(&id) {
+                continue;
+            }
+            let Some(endpoint) = broker.listeners.first() else {
+                continue;
+            };
+            let addr = format!("{}:{}", endpoint.host, endpoint.port);
+            let quorum = self.quorum.clone();
+            tokio::spawn(async move {
+                match quorum.add_learner(id, addr.clone()).await {
+                    Ok(()) => {
+                        tracing::info!(node = id, %addr, "broker added as a metadata learner")
+                    }
+                    Err(e) => {
+                        tracing::warn!(node = id, %addr, error = %e, "could not add the broker as a metadata learner; it retries at its next registration")
+                    }
+                }
+            });
         }
     }
 

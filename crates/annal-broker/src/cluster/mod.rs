@@ -88,7 +88,11 @@ impl ClusterRuntime {
                 .get(&cluster.node_id)
                 .cloned()
                 .unwrap_or_else(|| l.bind.to_string()),
-            _ => config.listen.clone(),
+            // A broker-only node is a learner: the leader pushes the metadata log to its broker listener.
+            _ => match &config.advertised {
+                Some((host, port)) => format!("{host}:{port}"),
+                None => config.listen.clone(),
+            },
         };
         let defaults = ControllerConfig::default();
         let node = MetadataNode::start(MetadataNodeConfig {
