@@ -220,8 +220,12 @@ class Node:
 class Cluster:
     """N KRaft combined-mode nodes on loopback. Node ids are 1..N; node(i) is node id i."""
 
-    def __init__(self, workdir, size=3, kind=None, base_port=None, overrides=None, cluster_id=None):
+    def __init__(self, workdir, size=3, kind=None, base_port=None, overrides=None, cluster_id=None, controllers=None):
+        """`controllers=k` (k < size) splits the roles: nodes 1..k are controller-only (process.roles=controller),
+        the rest broker-only; by default every node is combined (broker,controller)."""
         assert size >= 1
+        assert controllers is None or 1 <= controllers < size
+        self.controllers = controllers
         self.kind = kind or broker_kind()
         self.workdir = Path(workdir)
         self.size = size
@@ -246,7 +250,7 @@ class Cluster:
 
     @property
     def bootstrap(self):
-        return self.node(1).bootstrap
+        return self.broker_nodes()[0].bootstrap
 
     def live_nodes(self):
         return [n for n in self.nodes if n.alive() and not n.paused]
@@ -259,7 +263,16 @@ class Cluster:
 
     @property
     def voters(self):
-        return ",".join(f"{n.node_id}@{n.host}:{n.controller_port}" for n in self.nodes)
+        return ",".join(f"{n.node_id}@{n.host}:{n.controller_port}" for n in self.nodes if self.is_controller(n))
+
+    def is_controller(self, node):
+        return self.controllers is None or node.node_id <= self.controllers
+
+    def is_broker(self, node):
+        return self.controllers is None or node.node_id > self.controllers
+
+    def broker_nodes(self):
+        return [n for n in self.nodes if self.is_broker(n)]
 
     def properties(self, node):
         """node's server.properties as an ordered dict, in Kafka's names."""
@@ -280,6 +293,13 @@ class Cluster:
             "transaction.state.log.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
         }
+        if not self.is_broker(node):
+            props.update({"process.roles": "controller",
+                          "listeners": f"CONTROLLER://{node.host}:{node.controller_port}",
+                          "advertised.listeners": None, "inter.broker.listener.name": None,
+                          "listener.security.protocol.map": "CONTROLLER:PLAINTEXT"})
+        elif not self.is_controller(node):
+            props.update({"process.roles": "broker", "listeners": f"PLAINTEXT://{node.host}:{node.port}"})
         props.update(self.overrides)
         return props
 
@@ -401,6 +421,8 @@ class Cluster:
         quorum leader id then, else None."""
         leaders = set()
         for node in self.live_nodes():
+            if not self.is_broker(node):
+                continue  # a controller-only node serves no Metadata
             if set(node.metadata(topics=[])["brokers"]) != expected_ids:
                 return None
             quorum = node.describe_quorum()
@@ -412,7 +434,7 @@ class Cluster:
     def wait_ready(self, timeout=READY_TIMEOUT_S):
         """Waits until every running node answers Metadata listing every running broker (all registered and
         unfenced) and DescribeQuorum names one leader; returns that leader (the active controller) id."""
-        expected = {n.node_id for n in self.nodes if n.proc is not None and not n.paused}
+        expected = {n.node_id for n in self.broker_nodes() if n.proc is not None and not n.paused}
 
         def probe():
             for node in self.crashed_nodes():

@@ -366,6 +366,32 @@ def test_controlled_shutdown_under_produce_loses_no_acknowledged_record(healthy,
                          f"{sorted(lost.items())[:3]}"
 
 
+# ---------------------------------------------------------------- separate roles
+
+
+def test_controller_only_and_broker_only_nodes(tmp_path, topic_name):
+    """process.roles=controller on three nodes and =broker on two: the brokers register with the controllers'
+    quorum, list only each other, and serve a topic created through one and consumed through the other."""
+    c = Cluster(tmp_path / "roles", size=5, controllers=3)
+    try:
+        controller = c.start()
+        assert controller in (1, 2, 3), f"the active controller {controller} is not a controller-only node"
+        b4, b5 = c.node(4), c.node(5)
+        for b in (b4, b5):
+            assert set(b.metadata(topics=[])["brokers"]) == {4, 5}, f"brokers via node {b.node_id}"
+        create_topic_via(b5, topic_name, partitions=4, replication_factor=2)
+        c.wait_for_leaders(topic_name, 4, via=b4, allowed={4, 5})
+        producer = ck_producer(b4, **{"acks": "1", "enable.idempotence": False})
+        reports = ck_produce_all(producer, topic_name, [(None, b"v%d" % i, None, None) for i in range(20)],
+                                 partition=0)
+        got = ck_consume(b5, topic_name, [0], 20)
+        assert [m.value() for m in got] == [r.value() for r in reports]
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{c.failure_report()}") from e
+    finally:
+        c.close()
+
+
 # ---------------------------------------------------------------- producer ids
 
 

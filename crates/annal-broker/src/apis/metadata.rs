@@ -187,7 +187,11 @@ pub async fn describe_cluster(
 /// The brokers to list and the controller id: from the metadata image in a cluster, this node alone otherwise.
 fn brokers_and_controller(broker: &Broker) -> (Vec<BrokerView>, i32) {
     match broker.cluster() {
-        Some(c) => (c.live_brokers(), c.controller_id()),
+        Some(c) => {
+            let brokers = c.live_brokers();
+            let controller = c.controller_id_for_clients(&brokers, broker.config.node_id);
+            (brokers, controller)
+        }
         None => (
             vec![BrokerView {
                 id: broker.config.node_id,

@@ -272,9 +272,15 @@ impl ClusterRuntime {
         Ok(id)
     }
 
-    /// The active controller's id, or -1 while none is known.
-    pub fn controller_id(&self) -> i32 {
-        self.node.controller_id().unwrap_or(-1)
+    /// The id Metadata and DescribeCluster give clients as the controller: the active controller if it is also a
+    /// live broker, else this broker (which forwards admin requests to it). Clients send admin requests to that
+    /// id and can only reach brokers they were told about, so a controller-only node must never be named (Kafka's
+    /// brokers name a live broker too, KIP-590).
+    pub fn controller_id_for_clients(&self, brokers: &[BrokerView], own_id: i32) -> i32 {
+        match self.node.controller_id() {
+            Some(id) if brokers.iter().any(|b| b.id == id) => id,
+            _ => own_id,
+        }
     }
 
     /// Controlled shutdown: asks the controller to move this broker's leaderships away and waits (bounded) for
