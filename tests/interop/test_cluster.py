@@ -366,6 +366,30 @@ def test_controlled_shutdown_under_produce_loses_no_acknowledged_record(healthy,
                          f"{sorted(lost.items())[:3]}"
 
 
+def test_broker_restarted_after_kill9_keeps_every_acknowledged_record(healthy, topic_name):
+    """kill -9 of a broker, then a restart from its data directory: once it is back, every record acknowledged
+    before the kill is served again, at the same offsets (a restarting node must not act on the partial metadata it
+    replays at start, e.g. by deleting topics it has not yet read about)."""
+    c = healthy
+    partitions, per_partition = 3, 50
+    create_topic_via(c.node(1), topic_name, partitions=partitions, replication_factor=3)
+    c.wait_for_leaders(topic_name, partitions)
+    producer = ck_producer(c.node(1), **{"acks": "1", "enable.idempotence": False})
+    expected = {}
+    for p in range(partitions):
+        reports = ck_produce_all(producer, topic_name, [(None, b"r-p%d-%d" % (p, i), None, None)
+                                                        for i in range(per_partition)], partition=p)
+        expected[p] = [(r.offset(), r.value()) for r in reports]
+    victim = c.node(c.partition_leaders(topic_name, c.node(1))[0])
+    victim.kill()
+    victim.start()
+    c.wait_ready()
+    c.wait_for_leaders(topic_name, partitions)
+    for p in range(partitions):
+        got = ck_consume(c.node(2), topic_name, [p], per_partition)
+        assert [(m.offset(), m.value()) for m in got] == expected[p], f"partition {p} after node {victim.node_id} restarted"
+
+
 # ---------------------------------------------------------------- separate roles
 
 

@@ -42,7 +42,10 @@ pub struct BrokerView {
 /// A running broker's cluster side.
 pub struct ClusterRuntime {
     node: Arc<MetadataNode>,
+    /// Admin requests, producer id blocks and DescribeQuorum go to the controller on this channel ...
     channel: Arc<ControllerChannel>,
+    /// ... and the lease on its own, so a slow admin request never delays a heartbeat past the session timeout.
+    lease_channel: Arc<ControllerChannel>,
     lease: watch::Receiver<LeaseState>,
     want_shutdown: watch::Sender<bool>,
     lifecycle: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -125,6 +128,13 @@ impl ClusterRuntime {
             .map(|(id, a)| (*id as u64, a.clone()))
             .collect();
         let channel = Arc::new(ControllerChannel::new(voters_u64, node.watch_leader()));
+        let lease_channel = Arc::new(ControllerChannel::new(
+            voters
+                .iter()
+                .map(|(id, a)| (*id as u64, a.clone()))
+                .collect(),
+            node.watch_leader(),
+        ));
         let (want_shutdown, _) = watch::channel(false);
         let (_, lease) = watch::channel(LeaseState::default());
         let client_listener_name = cluster
@@ -134,6 +144,7 @@ impl ClusterRuntime {
         Ok(ClusterRuntime {
             node,
             channel,
+            lease_channel,
             lease,
             want_shutdown,
             lifecycle: parking_lot::Mutex::new(None),
@@ -153,14 +164,19 @@ impl ClusterRuntime {
         listeners: Vec<Endpoint>,
     ) -> anyhow::Result<()> {
         let (offset_tx, offset_rx) = watch::channel(-1i64);
-        tokio::spawn(watch_image(
+        let (lease_tx, lease_rx) = watch::channel(LeaseState::default());
+        self.lease = lease_rx.clone();
+        tokio::spawn(report_offsets(
             self.node.watch_image(),
-            replica_manager,
             offset_tx,
             self.stop.subscribe(),
         ));
-        let (lease_tx, lease_rx) = watch::channel(LeaseState::default());
-        self.lease = lease_rx.clone();
+        tokio::spawn(watch_image(
+            self.node.watch_image(),
+            replica_manager,
+            lease_rx.clone(),
+            self.stop.subscribe(),
+        ));
         let lifecycle = LifecycleConfig {
             node_id: config.cluster.node_id,
             cluster_id: cluster_id.to_string(),
@@ -176,7 +192,7 @@ impl ClusterRuntime {
         };
         let task = tokio::spawn(lifecycle::run(
             lifecycle,
-            self.channel.clone(),
+            self.lease_channel.clone(),
             offset_rx,
             self.want_shutdown.subscribe(),
             lease_tx,
@@ -301,14 +317,43 @@ impl ClusterRuntime {
     }
 }
 
-/// Applies each newly published image to the partitions, then reports the applied offset (what heartbeats
-/// tell the controller, which unfences the broker once it has caught up with its own registration).
-async fn watch_image(
+/// Reports how far this node has applied the metadata log (what heartbeats tell the controller, which unfences
+/// the broker once that reaches its own registration).
+async fn report_offsets(
     mut images: watch::Receiver<Arc<MetadataImage>>,
-    replica_manager: Arc<ReplicaManager>,
     offset: watch::Sender<i64>,
     mut stop: watch::Receiver<bool>,
 ) {
+    loop {
+        let applied = images
+            .borrow_and_update()
+            .last_applied_offset
+            .map_or(-1, |o| i64::try_from(o).unwrap_or(i64::MAX));
+        offset.send_replace(applied);
+        tokio::select! {
+            changed = images.changed() => if changed.is_err() { return },
+            _ = crate::stopped(&mut stop) => return,
+        }
+    }
+}
+
+/// Applies each newly published image to the partitions.
+///
+/// Nothing is applied before the controller first unfences this broker. At start the image is a prefix of the
+/// metadata log still being replayed or fetched: acting on it could delete topics the rest of the log still has,
+/// or lead partitions whose leadership has since moved. The controller unfences a broker only once its image has
+/// reached its own registration, so everything committed before this incarnation is in it. After that first
+/// unfence every image is applied, fenced or not: a fenced broker must still learn that its leaderships moved.
+async fn watch_image(
+    mut images: watch::Receiver<Arc<MetadataImage>>,
+    replica_manager: Arc<ReplicaManager>,
+    mut lease: watch::Receiver<LeaseState>,
+    mut stop: watch::Receiver<bool>,
+) {
+    tokio::select! {
+        caught_up = lease.wait_for(|l| l.broker_epoch >= 0 && !l.fenced) => if caught_up.is_err() { return },
+        _ = crate::stopped(&mut stop) => return,
+    }
     loop {
         let image = images.borrow_and_update().clone();
         let rm = replica_manager.clone();
@@ -325,8 +370,6 @@ async fn watch_image(
                         "applied metadata"
                     );
                 }
-                let applied_offset = image.last_applied_offset.map_or(-1, |o| o as i64);
-                offset.send_replace(applied_offset);
             }
             Ok(Err(e)) => {
                 // Not reported as caught up: the controller keeps this broker fenced until a retry succeeds.
