@@ -61,30 +61,9 @@ pub struct LogManager {
     admin: Mutex<()>,
 }
 
-/// Why a topic name is not legal in Kafka (and so not here), or `None` if it is.
-pub fn invalid_topic_name(name: &str) -> Option<String> {
-    if name.is_empty() {
-        return Some("topic name is empty".into());
-    }
-    if name == "." || name == ".." {
-        return Some(format!("topic name '{name}' is not allowed"));
-    }
-    if name.len() > 249 {
-        return Some(format!(
-            "topic name is {} characters long; the maximum is 249",
-            name.len()
-        ));
-    }
-    if let Some(c) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
-    {
-        return Some(format!(
-            "topic name '{name}' contains '{c}'; legal characters are ASCII letters, digits, '.', '_' and '-'"
-        ));
-    }
-    None
-}
+/// Why a topic name is not legal in Kafka (and so not here), or `None` if it is: the controller's rule, which
+/// a single node applies too.
+pub use annal_metadata::controller::invalid_topic_name;
 
 pub fn partition_dir(data_dir: &Path, topic: &str, partition: i32) -> PathBuf {
     data_dir.join(format!("{topic}-{partition}"))
