@@ -101,24 +101,30 @@ pub async fn run(
     run_with_listener(config, listener, shutdown).await
 }
 
-/// `process.roles=controller`: a metadata node and its CONTROLLER listener, no broker (no client listener, no
-/// partitions, no registration).
-async fn run_controller_only(
-    config: BrokerConfig,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+/// Creates the data directory if needed and returns its cluster id (`meta.properties`): the id given with
+/// `--cluster-id` for a new directory, checked against an existing one; a multi-voter cluster must be given one.
+fn open_data_dir(config: &BrokerConfig) -> anyhow::Result<String> {
     std::fs::create_dir_all(&config.data_dir).map_err(|e| {
         anyhow::anyhow!(
             "cannot create data directory {}: {e}",
             config.data_dir.display()
         )
     })?;
-    let cluster_id = cluster_meta::load_or_create(
+    cluster_meta::load_or_create(
         &config.data_dir,
         config.node_id,
         config.cluster_id.as_deref(),
         config.cluster.quorum.voters.len() > 1,
-    )?;
+    )
+}
+
+/// `process.roles=controller`: a metadata node and its CONTROLLER listener, no broker (no client listener, no
+/// partitions, no registration).
+async fn run_controller_only(
+    config: BrokerConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let cluster_id = open_data_dir(&config)?;
     let runtime = cluster::ClusterRuntime::start(&config, &cluster_id).await?;
     tracing::info!(node = config.cluster.node_id, data_dir = %config.data_dir.display(), %cluster_id, "annal controller started");
     shutdown.await;
@@ -150,18 +156,7 @@ pub async fn start(
     config: BrokerConfig,
     listener: tokio::net::TcpListener,
 ) -> anyhow::Result<Started> {
-    std::fs::create_dir_all(&config.data_dir).map_err(|e| {
-        anyhow::anyhow!(
-            "cannot create data directory {}: {e}",
-            config.data_dir.display()
-        )
-    })?;
-    let cluster_id = cluster_meta::load_or_create(
-        &config.data_dir,
-        config.node_id,
-        config.cluster_id.as_deref(),
-        config.cluster.quorum.voters.len() > 1,
-    )?;
+    let cluster_id = open_data_dir(&config)?;
     let producer_ids = ProducerIds::open(&config.data_dir)?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let clustered = !config.cluster.implicit_single_node;
