@@ -234,7 +234,7 @@ METADATA_CLUSTER_VERSION = 12  # the newest version both Kafka 4.x and Annal ans
 
 def parse_metadata_v12(r):
     """A Metadata v12 response as a dict: brokers {id: (host, port, rack)}, cluster_id, controller_id, and
-    topics {name: {"error": code, "partitions": {index: {leader, leader_epoch, replicas, isr, offline, error}}}}."""
+    topics {name: {"error": code, "topic_id": hex, "partitions": {index: {leader, leader_epoch, replicas, isr, offline, error}}}}."""
     r.i32()  # throttle_time_ms
     brokers = {}
     for _ in range(r.array_len(True)):
@@ -246,7 +246,7 @@ def parse_metadata_v12(r):
     topics = {}
     for _ in range(r.array_len(True)):
         error, name = r.i16(), r.string(True)
-        r.take(16)  # topic_id
+        topic_id = bytes(r.take(16)).hex()
         r.i8()  # is_internal
         partitions = {}
         for _ in range(r.array_len(True)):
@@ -259,7 +259,7 @@ def parse_metadata_v12(r):
                                  "isr": isr, "offline": offline}
         r.i32()  # topic_authorized_operations
         r.skip_tags()
-        topics[name] = {"error": error, "partitions": partitions}
+        topics[name] = {"error": error, "topic_id": topic_id, "partitions": partitions}
     r.skip_tags()
     return {"brokers": brokers, "cluster_id": cluster_id, "controller_id": controller_id, "topics": topics}
 

@@ -159,13 +159,13 @@ pub async fn start(
     let cluster_id = open_data_dir(&config)?;
     let producer_ids = ProducerIds::open(&config.data_dir)?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let clustered = !config.cluster.implicit_single_node;
-    let mut cluster = if clustered {
-        Some(cluster::ClusterRuntime::start(&config, &cluster_id).await?)
-    } else {
-        None
-    };
+    // Every broker is part of a cluster: zero configuration makes a one-voter one (docs/decisions/0005).
+    let cluster = cluster::ClusterRuntime::start(&config, &cluster_id).await?;
     let replica_manager = Arc::new(ReplicaManager::open(&config, stop_rx.clone())?);
+    cluster
+        .import_single_node(&config, &replica_manager, producer_ids.persisted_end())
+        .await?;
+    let mut cluster = Some(cluster);
     let groups = group::GroupCoordinator::open(&config.data_dir, config.groups.clone())?;
     let local = listener.local_addr()?;
     let advertised = match &config.advertised {

@@ -36,6 +36,12 @@ impl ProducerIds {
         })
     }
 
+    /// Above every id this data directory ever handed out (the persisted end of its block): where the metadata
+    /// log's producer ids must start when the directory joins a cluster.
+    pub fn persisted_end(&self) -> i64 {
+        self.state.lock().1
+    }
+
     /// A producer id never handed out before, on this data directory.
     pub fn next(&self) -> anyhow::Result<i64> {
         let mut st = self.state.lock();

@@ -266,11 +266,35 @@ impl MetadataNode {
             .map_err(|e| anyhow::anyhow!("cannot add learner {id}: {e}"))
     }
 
-    /// Whether this node's controller serves `api_key` (so a listener can route it here).
-    pub fn serves_controller_api(api_key: i16) -> bool {
-        controller::supported_apis()
-            .iter()
-            .any(|(k, _, _)| *k == api_key)
+    /// Imports a single node's topics and producer ids into a new metadata log (see
+    /// [`controller::SingleNodeImport`]), waiting up to `wait` for this node to become the active controller.
+    /// Only a sole voter may do it: its log is the cluster's.
+    pub async fn import_single_node(
+        &self,
+        import: controller::SingleNodeImport,
+        wait: std::time::Duration,
+    ) -> anyhow::Result<controller::ImportOutcome> {
+        let controller = self.controller.clone().ok_or_else(|| {
+            anyhow::anyhow!(
+                "node {} is not a voter; only the sole voter imports",
+                self.node_id
+            )
+        })?;
+        let mut leader = self.quorum.watch_leader();
+        let me = u64::try_from(self.node_id).ok();
+        tokio::time::timeout(wait, leader.wait_for(|l| l.is_some() && *l == me))
+            .await
+            .map_err(|_| {
+                anyhow::anyhow!(
+                    "node {} did not become the active controller within {wait:?}",
+                    self.node_id
+                )
+            })?
+            .map_err(|_| anyhow::anyhow!("the metadata quorum stopped"))?;
+        controller
+            .import_single_node(import)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot write the import into the metadata log: {e}"))
     }
 
     /// Answers a controller API request (its body; headers stay with the caller). A node that is not the active

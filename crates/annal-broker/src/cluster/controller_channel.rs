@@ -11,7 +11,7 @@ use anyhow::{anyhow, Context, Result};
 use kafka_protocol::protocol::Request;
 use tokio::sync::{watch, Mutex};
 
-use annal_client::Connection;
+use annal_client::{Connection, ConnectionOptions};
 
 /// Kafka's NOT_CONTROLLER: the node asked is not (or no longer) the active controller.
 pub const NOT_CONTROLLER: i16 = 41;
@@ -28,16 +28,28 @@ pub struct ControllerChannel {
     /// Which voter to try while no leader is known; advanced after every failure, so a dead first voter does
     /// not hide the others.
     guess: std::sync::atomic::AtomicUsize,
+    /// How long one request may wait for its answer (the lease channel's is below the session timeout, so a
+    /// hung controller costs a heartbeat or two, never the lease).
+    request_timeout: Duration,
 }
 
 impl ControllerChannel {
-    pub fn new(voters: BTreeMap<u64, String>, leader: watch::Receiver<Option<u64>>) -> Self {
+    pub fn new(
+        voters: BTreeMap<u64, String>,
+        leader: watch::Receiver<Option<u64>>,
+        request_timeout: Duration,
+    ) -> Self {
         assert!(!voters.is_empty(), "a cluster has at least one voter");
+        assert!(
+            request_timeout > Duration::ZERO,
+            "a request timeout is positive"
+        );
         ControllerChannel {
             voters,
             leader,
             conn: Mutex::new(None),
             guess: std::sync::atomic::AtomicUsize::new(0),
+            request_timeout,
         }
     }
 
@@ -62,16 +74,17 @@ impl ControllerChannel {
         let stale = !matches!(&*guard, Some((id, c)) if *id == want_id && !c.is_closed());
         if stale {
             *guard = None;
-            let connected = tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect(&addr))
-                .await
-                .map_err(|_| {
-                    anyhow!(
-                        "controller {want_id} at {addr} did not answer within {CONNECT_TIMEOUT:?}"
-                    )
-                })
-                .and_then(|r| {
-                    r.with_context(|| format!("cannot reach controller {want_id} at {addr}"))
-                });
+            let connected = tokio::time::timeout(
+                CONNECT_TIMEOUT,
+                Connection::connect_with(&addr, self.options()),
+            )
+            .await
+            .map_err(|_| {
+                anyhow!("controller {want_id} at {addr} did not answer within {CONNECT_TIMEOUT:?}")
+            })
+            .and_then(|r| {
+                r.with_context(|| format!("cannot reach controller {want_id} at {addr}"))
+            });
             match connected {
                 Ok(conn) => *guard = Some((want_id, conn)),
                 Err(e) => {
@@ -90,6 +103,15 @@ impl ControllerChannel {
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 Err(e.context(format!("request to controller {want_id} at {addr} failed")))
             }
+        }
+    }
+
+    fn options(&self) -> ConnectionOptions {
+        ConnectionOptions {
+            connect_timeout: CONNECT_TIMEOUT,
+            request_timeout: self.request_timeout,
+            client_id: "annal-broker".into(),
+            ..ConnectionOptions::default()
         }
     }
 

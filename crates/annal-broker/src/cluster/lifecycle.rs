@@ -157,7 +157,9 @@ pub async fn run(
             }
         }
         // While shutting down, heartbeat quickly so the hand-over completes promptly.
-        let pause = if shutting_down {
+        // While fenced too: a broker that just registered (or resumed) is unfenced at its first heartbeat
+        // that shows it caught up, so waiting a whole interval would only delay serving.
+        let pause = if shutting_down || state.borrow().fenced {
             RETRY_BACKOFF
         } else {
             config.heartbeat_interval

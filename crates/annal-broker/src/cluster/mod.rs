@@ -2,8 +2,9 @@
 //! its lease with the active controller ([`lifecycle`]), its channel to that controller
 //! ([`controller_channel`]), and the watcher that applies every new image to the partitions ([`apply`]).
 //!
-//! A zero-configuration single node does not run this (see docs/decisions/0005-cluster-shape.md): its
-//! partitions are led by itself, as before.
+//! A zero-configuration node runs it too, as a one-voter cluster (docs/decisions/0005-cluster-shape.md); the
+//! first time it starts on a data directory written before Annal was a cluster, its topics and producer ids
+//! are imported into the new metadata log ([`ClusterRuntime::import_single_node`]).
 
 pub mod apply;
 pub mod controller_channel;
@@ -29,6 +30,19 @@ const CONTROLLED_SHUTDOWN_MAX: Duration = Duration::from_secs(30);
 /// The longest start-up waits for this broker's first registration (a quorum without a majority yet keeps
 /// it waiting; the broker serves anyway, with whatever metadata it has).
 const REGISTRATION_WAIT_MAX: Duration = Duration::from_secs(10);
+
+/// How long an admin request forwarded to the controller may wait for its answer.
+const ADMIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A heartbeat that has not been answered within half the session timeout is abandoned (the connection is
+/// dropped and the next heartbeat tries the leader again), so one hung attempt never costs the lease.
+fn heartbeat_request_timeout(lease: &crate::config::LeaseConfig) -> Duration {
+    Duration::from_millis(
+        (lease.session_timeout_ms / 2)
+            .max(lease.heartbeat_interval_ms)
+            .max(100),
+    )
+}
 
 /// A broker as clients see it in Metadata and DescribeCluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,7 +78,7 @@ impl ClusterRuntime {
     pub async fn start(config: &BrokerConfig, cluster_id: &str) -> anyhow::Result<ClusterRuntime> {
         let cluster = &config.cluster;
         let (stop, stop_rx) = watch::channel(false);
-        let voters: BTreeMap<i32, String> = cluster
+        let mut voters: BTreeMap<i32, String> = cluster
             .quorum
             .voters
             .iter()
@@ -76,16 +90,17 @@ impl ClusterRuntime {
         );
         let controller_listener = match cluster.controller_listener() {
             Some(l) if cluster.roles.controller => {
-                let bind = l.bind.to_string();
-                Some(tokio::net::TcpListener::bind(&bind).await.with_context(|| {
-                    format!(
-                        "cannot bind the controller listener {} on {bind}; free the port or change `listeners`",
-                        l.name
-                    )
-                })?)
+                Some(bind_controller_listener(l, cluster.implicit_single_node).await?)
             }
             _ => None,
         };
+        if let Some(listener) = &controller_listener {
+            // A zero-configuration node's own listener may have moved to an ephemeral port (it is loopback
+            // and only this process uses it): the one voter is wherever it is bound.
+            if cluster.implicit_single_node {
+                voters.insert(cluster.node_id, listener.local_addr()?.to_string());
+            }
+        }
         let advertised_addr = match (&controller_listener, cluster.controller_listener()) {
             (Some(_), Some(l)) => voters
                 .get(&cluster.node_id)
@@ -111,6 +126,12 @@ impl ClusterRuntime {
                 default_replication_factor: config.default_replication_factor,
                 num_partitions: config.num_partitions,
                 seed: rand::random(),
+                local_node_id: cluster.roles.broker.then_some(cluster.node_id),
+                // The broker's own table of topic settings, so a bad value gets the same answer in a cluster as
+                // it did on a single node.
+                topic_config_validator: |name, value| {
+                    crate::topic_config::validate(name, Some(value))
+                },
                 ..defaults
             },
         })
@@ -127,13 +148,20 @@ impl ClusterRuntime {
             .iter()
             .map(|(id, a)| (*id as u64, a.clone()))
             .collect();
-        let channel = Arc::new(ControllerChannel::new(voters_u64, node.watch_leader()));
+        // Admin requests wait for the controller's commit and the broker's own timeouts (30 s and more for
+        // CreateTopics with many partitions); a heartbeat must fail well within the session timeout.
+        let channel = Arc::new(ControllerChannel::new(
+            voters_u64,
+            node.watch_leader(),
+            ADMIN_REQUEST_TIMEOUT,
+        ));
         let lease_channel = Arc::new(ControllerChannel::new(
             voters
                 .iter()
                 .map(|(id, a)| (*id as u64, a.clone()))
                 .collect(),
             node.watch_leader(),
+            heartbeat_request_timeout(&cluster.lease),
         ));
         let (want_shutdown, _) = watch::channel(false);
         let (_, lease) = watch::channel(LeaseState::default());
@@ -171,10 +199,12 @@ impl ClusterRuntime {
             offset_tx,
             self.stop.subscribe(),
         ));
+        let (applied_tx, mut applied_rx) = watch::channel(false);
         tokio::spawn(watch_image(
             self.node.watch_image(),
             replica_manager,
             lease_rx.clone(),
+            applied_tx,
             self.stop.subscribe(),
         ));
         let lifecycle = LifecycleConfig {
@@ -198,18 +228,60 @@ impl ClusterRuntime {
             lease_tx,
         ));
         *self.lifecycle.lock() = Some(task);
-        let mut lease = lease_rx;
-        let registered = tokio::time::timeout(
-            REGISTRATION_WAIT_MAX,
-            lease.wait_for(|l| l.broker_epoch >= 0),
-        )
-        .await;
-        if registered.is_err() {
+        // Serve once the partitions are what the metadata says (clients connecting meanwhile wait in the
+        // listen backlog rather than being told no partition has a leader), but never wait forever: a quorum
+        // without a majority must not keep the broker from answering at all.
+        let ready = tokio::time::timeout(REGISTRATION_WAIT_MAX, applied_rx.wait_for(|a| *a)).await;
+        if ready.is_err() {
+            let lease = self.lease.borrow().clone();
             tracing::warn!(
                 waited_s = REGISTRATION_WAIT_MAX.as_secs(),
-                "not registered with a controller yet (is a majority of controller.quorum.voters up?); \
-                 serving with the metadata this node has, and registering in the background"
+                registered = lease.broker_epoch >= 0,
+                fenced = lease.fenced,
+                "not registered and unfenced by a controller yet (is a majority of controller.quorum.voters \
+                 up?); serving with the metadata this node has, and registering in the background"
             );
+        }
+        Ok(())
+    }
+
+    /// On a sole voter, imports the topics and producer ids a single node kept outside the metadata log
+    /// (`topics.json`, `producer-id-block`) into it, once: see [`annal_metadata::controller::SingleNodeImport`].
+    /// Other nodes never import: a cluster's topics come from its controller.
+    pub async fn import_single_node(
+        &self,
+        config: &BrokerConfig,
+        replica_manager: &ReplicaManager,
+        next_producer_id: i64,
+    ) -> anyhow::Result<()> {
+        let sole_voter = config.cluster.quorum.voters.len() == 1 && config.cluster.is_voter();
+        if !sole_voter {
+            return Ok(());
+        }
+        let topics = replica_manager
+            .topics()
+            .iter()
+            .map(|t| annal_metadata::controller::ImportedTopic {
+                name: t.name.clone(),
+                id: t.id,
+                partitions: t.partition_count,
+                configs: t.configs.clone(),
+            })
+            .collect();
+        let import = annal_metadata::controller::SingleNodeImport {
+            node_id: config.cluster.node_id,
+            topics,
+            next_producer_id,
+        };
+        match self
+            .node
+            .import_single_node(import, REGISTRATION_WAIT_MAX)
+            .await?
+        {
+            annal_metadata::controller::ImportOutcome::Imported { offset, topics } => {
+                tracing::info!(offset, topics = topics.len(), names = ?topics, next_producer_id, "imported this single node's topics into the new metadata log");
+            }
+            outcome => tracing::debug!(?outcome, "no single-node import"),
         }
         Ok(())
     }
@@ -317,6 +389,30 @@ impl ClusterRuntime {
     }
 }
 
+/// Binds this node's controller listener. A zero-configuration node's listener (client port + 1 on loopback,
+/// used only by the node itself) falls back to an ephemeral port when that one is taken: zero configuration must
+/// not fail because some other program holds 9093.
+async fn bind_controller_listener(
+    listener: &crate::config::Listener,
+    implicit: bool,
+) -> anyhow::Result<tokio::net::TcpListener> {
+    let bind = listener.bind.to_string();
+    match tokio::net::TcpListener::bind(&bind).await {
+        Ok(l) => Ok(l),
+        Err(e) if implicit && e.kind() == std::io::ErrorKind::AddrInUse => {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            tracing::info!(wanted = %bind, bound = %l.local_addr()?, "the controller listener's port is taken; using an ephemeral loopback port");
+            Ok(l)
+        }
+        Err(e) => Err(e).with_context(|| {
+            format!(
+                "cannot bind the controller listener {} on {bind}; free the port or change `listeners`",
+                listener.name
+            )
+        }),
+    }
+}
+
 /// Reports how far this node has applied the metadata log (what heartbeats tell the controller, which unfences
 /// the broker once that reaches its own registration).
 async fn report_offsets(
@@ -348,6 +444,7 @@ async fn watch_image(
     mut images: watch::Receiver<Arc<MetadataImage>>,
     replica_manager: Arc<ReplicaManager>,
     mut lease: watch::Receiver<LeaseState>,
+    applied_once: watch::Sender<bool>,
     mut stop: watch::Receiver<bool>,
 ) {
     tokio::select! {
@@ -361,6 +458,7 @@ async fn watch_image(
         let result = tokio::task::spawn_blocking(move || apply::apply_image(&rm, &img)).await;
         match result {
             Ok(Ok(applied)) => {
+                applied_once.send_replace(true);
                 if applied != apply::Applied::default() {
                     tracing::info!(
                         offset = ?image.last_applied_offset,

@@ -104,7 +104,7 @@ impl ReplicaManager {
         let (log_manager, opened) = LogManager::open(config)?;
         let manager = ReplicaManager {
             local_broker_id: config.node_id,
-            clustered: !config.cluster.implicit_single_node,
+            clustered: config.cluster.roles.broker,
             config: config.clone(),
             log_manager,
             partitions: RwLock::new(HashMap::new()),

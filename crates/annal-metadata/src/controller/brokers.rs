@@ -59,8 +59,14 @@ impl Controller {
         }
         let mut records = Vec::new();
         if let Some(existing) = image.broker(id) {
-            let lease_live = state.leases.get(&id).is_some_and(|l| l.deadline > now);
-            if existing.incarnation_id != req.incarnation_id && lease_live {
+            let lease_live = state.leases.get(&id).is_some_and(|l| {
+                l.deadline > now && (l.confirmed || self.config.local_node_id != Some(id))
+            });
+            // A broker released from its controlled shutdown leads nothing and is on its way out: its next
+            // incarnation need not wait for the old lease to lapse.
+            let released =
+                existing.in_controlled_shutdown && image.partitions_led_by(id).is_empty();
+            if existing.incarnation_id != req.incarnation_id && lease_live && !released {
                 return reply(DUPLICATE_BROKER_REGISTRATION, -1);
             }
             // The old incarnation is gone (or this is the same process retrying): it leads nothing any more.
@@ -111,6 +117,7 @@ impl Controller {
                     id,
                     Lease {
                         deadline: now + self.config.session_timeout,
+                        confirmed: true,
                         registration_offset: offset,
                     },
                 );
@@ -136,11 +143,13 @@ impl Controller {
         };
         let lease = state.leases.entry(id).or_insert(Lease {
             deadline: now,
+            confirmed: true,
             // Unknown to this controller (it became active after the registration): the offset it has seen is
             // a safe bound.
             registration_offset: image.last_applied_offset.unwrap_or(0),
         });
         lease.deadline = now + self.config.session_timeout;
+        lease.confirmed = true;
         let caught_up = u64::try_from(req.current_metadata_offset)
             .is_ok_and(|o| o >= lease.registration_offset);
 
@@ -225,6 +234,7 @@ impl Controller {
         for id in image.brokers.keys() {
             state.leases.entry(*id).or_insert(Lease {
                 deadline: now + self.config.session_timeout,
+                confirmed: false,
                 registration_offset: image.last_applied_offset.unwrap_or(0),
             });
         }

@@ -14,7 +14,10 @@ mod brokers;
 mod configs;
 mod election;
 pub mod errors;
+mod import;
 mod placement;
+#[cfg(test)]
+mod restart_tests;
 mod topics;
 mod writer;
 
@@ -40,6 +43,7 @@ use rand::SeedableRng;
 use crate::image::{ImageError, MetadataImage};
 use crate::records::MetadataRecord;
 
+pub use import::{ImportOutcome, ImportedTopic, SingleNodeImport};
 pub use placement::{place_replicas, PlacementError};
 pub use topics::{initial_isr, invalid_topic_name, PARTITIONS_PER_TOPIC_MAX};
 pub use writer::InMemoryWriter;
@@ -102,6 +106,11 @@ pub struct ControllerConfig {
     pub broker_config_validator: ConfigValidator,
     /// Seeds replica placement's random start, so placement is reproducible.
     pub seed: u64,
+    /// The node this controller runs in. When that node is also a broker, a registration of its id that this
+    /// controller has not heard from since it became active can only be the previous, dead process of this very
+    /// node (one node id cannot run twice: it is one voter address), so a restart re-registers at once instead
+    /// of waiting out the old lease.
+    pub local_node_id: Option<i32>,
 }
 
 impl Default for ControllerConfig {
@@ -115,6 +124,7 @@ impl Default for ControllerConfig {
             topic_config_validator: configs::default_topic_config_validator,
             broker_config_validator: configs::default_broker_config_validator,
             seed: 0,
+            local_node_id: None,
         }
     }
 }
@@ -124,6 +134,8 @@ impl Default for ControllerConfig {
 #[derive(Debug, Clone, Copy)]
 struct Lease {
     deadline: Instant,
+    /// False for a lease granted on becoming active: the broker has not yet registered or heartbeated here.
+    confirmed: bool,
     /// The offset of the broker's registration batch: it is caught up once its metadata offset reaches it.
     registration_offset: u64,
 }

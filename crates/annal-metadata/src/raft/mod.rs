@@ -271,6 +271,14 @@ impl Quorum {
                 Err(e) => return Err(QuorumError::Raft(format!("initialize the quorum: {e}"))),
             }
         }
+        let sole_voter = config.voters.len() == 1 && config.voters.contains_key(&config.node_id);
+        if sole_voter && !pristine {
+            // A sole voter needs nobody's vote: restarting, it leads at once instead of after an election
+            // timeout (1-2 s of a zero-configuration node refusing metadata changes).
+            if let Err(e) = raft.trigger().elect().await {
+                tracing::warn!(error = %e, "could not start an election at once; waiting for the election timeout");
+            }
+        }
 
         let (leader_tx, leader_rx) = watch::channel(None);
         let mut metrics = raft.metrics();
