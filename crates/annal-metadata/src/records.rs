@@ -112,6 +112,33 @@ pub struct PartitionRecord {
     pub last_known_elr: Option<Vec<i32>>,
 }
 
+impl PartitionRecord {
+    /// A new partition at leader epoch and partition epoch 0, nothing being reassigned.
+    pub fn new(
+        topic_id: Uuid,
+        partition_id: i32,
+        replicas: Vec<i32>,
+        isr: Vec<i32>,
+        leader: i32,
+    ) -> Self {
+        PartitionRecord {
+            partition_id,
+            topic_id,
+            replicas,
+            isr,
+            removing_replicas: Vec::new(),
+            adding_replicas: Vec::new(),
+            leader,
+            leader_recovery_state: 0,
+            leader_epoch: 0,
+            partition_epoch: 0,
+            directories: Vec::new(),
+            eligible_leader_replicas: None,
+            last_known_elr: None,
+        }
+    }
+}
+
 /// `PartitionChangeRecord.Leader` when the leader did not change.
 pub const LEADER_UNCHANGED: i32 = -2;
 /// A partition's leader when it has none (offline).

@@ -78,21 +78,14 @@ impl Controller {
                 topic_id: topic.id,
             }));
             for partition_id in 0..topic.partitions {
-                records.push(MetadataRecord::Partition(PartitionRecord {
+                let me = vec![import.node_id];
+                records.push(MetadataRecord::Partition(PartitionRecord::new(
+                    topic.id,
                     partition_id,
-                    topic_id: topic.id,
-                    replicas: vec![import.node_id],
-                    isr: vec![import.node_id],
-                    removing_replicas: vec![],
-                    adding_replicas: vec![],
-                    leader: import.node_id,
-                    leader_recovery_state: 0,
-                    leader_epoch: 0,
-                    partition_epoch: 0,
-                    directories: vec![],
-                    eligible_leader_replicas: None,
-                    last_known_elr: None,
-                }));
+                    me.clone(),
+                    me,
+                    import.node_id,
+                )));
             }
             for (name, value) in &topic.configs {
                 records.push(MetadataRecord::Config(ConfigRecord {
