@@ -13,7 +13,7 @@ use kafka_protocol::messages::{AlterPartitionRequest, AlterPartitionResponse, Br
 use uuid::Uuid;
 
 use super::errors::*;
-use super::partition_change::{Election, PartitionChange, RECOVERING};
+use super::partition_change::{Election, PartitionChange, RECOVERED, RECOVERING};
 use super::Controller;
 use crate::image::MetadataImage;
 use crate::records::{MetadataRecord, PartitionChangeRecord, LEADER_UNCHANGED};
@@ -64,7 +64,7 @@ fn check(
     if state.leader_recovery_state != RECOVERING && p.leader_recovery_state == RECOVERING {
         return Err(INVALID_REQUEST);
     }
-    if p.leader_recovery_state != RECOVERING && p.leader_recovery_state != 0 {
+    if p.leader_recovery_state != RECOVERING && p.leader_recovery_state != RECOVERED {
         return Err(INVALID_REQUEST);
     }
     for (id, epoch) in &members {

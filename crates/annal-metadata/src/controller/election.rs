@@ -103,10 +103,12 @@ fn updates(
     transition: Transition,
     select: impl Fn(&PartitionState) -> bool,
 ) -> Vec<PartitionChangeRecord> {
+    // The broker being unfenced may lead although the image still shows it fenced, unless it is shutting down.
     let acceptable = |r: i32| {
-        Some(r) != transition.remove
-            && Some(r) != transition.unclean_shutdown
-            && (Some(r) == transition.add || image.broker(r).is_some_and(|b| b.is_usable()))
+        let usable = image.broker(r).is_some_and(|b| {
+            b.is_usable() || (Some(r) == transition.add && !b.in_controlled_shutdown)
+        });
+        Some(r) != transition.remove && Some(r) != transition.unclean_shutdown && usable
     };
     let mut changes = Vec::new();
     for topic in image.topics.values() {

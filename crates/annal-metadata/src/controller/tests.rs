@@ -827,6 +827,7 @@ async fn alter_partition_expands_the_isr_under_kafkas_rules() {
 async fn random_operations_keep_every_invariant() {
     use rand::{Rng, SeedableRng};
     let (mut partitions_seen, mut leader_changes, mut fenced_seen) = (0, 0, 0);
+    let (mut elr_seen, mut empty_isr_seen) = (0, 0);
     for seed in 0..40u64 {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let mut h = Harness::empty();
@@ -843,7 +844,10 @@ async fn random_operations_keep_every_invariant() {
             match rng.gen_range(0..10) {
                 0 => {
                     incarnations[id] += 1;
-                    let req = registration(id as i32, incarnations[id] + 1000 * id as u128, None);
+                    // Half the restarts are clean (they show their last epoch), half like kill -9.
+                    let previous = if rng.gen_bool(0.5) { h.epochs[id] } else { -1 };
+                    let req = registration(id as i32, incarnations[id] + 1000 * id as u128, None)
+                        .with_previous_broker_epoch(previous);
                     let resp = h.controller.register_broker(req, now).await;
                     assert!(
                         resp.error_code == NONE || resp.error_code == DUPLICATE_BROKER_REGISTRATION
@@ -863,9 +867,16 @@ async fn random_operations_keep_every_invariant() {
                 3 | 4 => {
                     topics += 1;
                     let rf = rng.gen_range(1..=3);
-                    let r = h
-                        .create(&format!("t{topics}"), rng.gen_range(1..5), rf)
-                        .await;
+                    let min_isr = rng.gen_range(1..=3).to_string();
+                    let req =
+                        CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
+                            .with_name(TopicName(s(&format!("t{topics}"))))
+                            .with_num_partitions(rng.gen_range(1..5))
+                            .with_replication_factor(rf)
+                            .with_configs(vec![CreatableTopicConfig::default()
+                                .with_name(s("min.insync.replicas"))
+                                .with_value(Some(s(&min_isr)))])]);
+                    let r = h.controller.create_topics(req).await.topics.remove(0);
                     assert!(
                         [NONE, INVALID_REPLICATION_FACTOR].contains(&r.error_code),
                         "{:?}",
@@ -873,6 +884,34 @@ async fn random_operations_keep_every_invariant() {
                     );
                 }
                 5 => h.expand_isrs().await,
+                6 => {
+                    // A leader shrinks an ISR to itself (its followers fell behind).
+                    let image = h.image();
+                    let led: Vec<(String, i32)> = image
+                        .topics
+                        .values()
+                        .flat_map(|t| {
+                            t.partitions
+                                .iter()
+                                .filter(|(_, p)| p.leader >= 0 && p.leader_recovery_state == 0)
+                                .map(|(i, _)| (t.name.clone(), *i))
+                                .collect::<Vec<_>>()
+                        })
+                        .collect();
+                    if !led.is_empty() {
+                        let (t, i) = &led[rng.gen_range(0..led.len())];
+                        let leader = h.partition(t, *i).leader;
+                        let before = h.partition(t, *i);
+                        let broker = h.image().broker(leader).cloned();
+                        let code = h.alter_isr(t, *i, &[leader], 0).await;
+                        assert_eq!(
+                            code,
+                            NONE,
+                            "seed {seed}: shrink {t}-{i} {before:?} {broker:?} -> {:?}",
+                            h.partition(t, *i)
+                        );
+                    }
+                }
                 _ => {
                     for (b, is_silent) in silent.iter().enumerate() {
                         if !is_silent && h.epochs[b] >= 0 {
@@ -905,6 +944,9 @@ async fn random_operations_keep_every_invariant() {
                     partitions_seen += 1;
                     leader_changes += usize::from(p.leader_epoch > last);
                     assert!(p.isr.iter().all(|r| p.replicas.contains(r)));
+                    assert!(p.elr.iter().all(|r| !p.isr.contains(r)));
+                    elr_seen += usize::from(!p.elr.is_empty());
+                    empty_isr_seen += usize::from(p.isr.is_empty());
                 }
             }
             fenced_seen += image.brokers.values().filter(|b| b.fenced).count();
@@ -912,7 +954,14 @@ async fn random_operations_keep_every_invariant() {
     }
     // The walk must reach the interesting states, or it proves nothing.
     assert!(
-        partitions_seen > 1000 && leader_changes > 20 && fenced_seen > 100,
-        "{partitions_seen} {leader_changes} {fenced_seen}"
+        partitions_seen > 1000
+            && leader_changes > 20
+            && fenced_seen > 100
+            && elr_seen > 50
+            && empty_isr_seen > 10,
+        "{partitions_seen} {leader_changes} {fenced_seen} {elr_seen} {empty_isr_seen}"
     );
 }
+
+#[path = "election_tests.rs"]
+mod election_tests;
