@@ -308,6 +308,21 @@ pub async fn delete_topics(
     DeleteTopicsResponse::default().with_responses(responses)
 }
 
+/// ElectLeaders (43): a controller decision, so only a cluster serves it (a single node does not advertise it).
+pub async fn elect_leaders(
+    broker: &Arc<Broker>,
+    header: &RequestHeader,
+    req: kafka_protocol::messages::ElectLeadersRequest,
+) -> kafka_protocol::messages::ElectLeadersResponse {
+    match broker.cluster() {
+        Some(cluster) => {
+            super::forward::elect_leaders(cluster, header.request_api_version, req).await
+        }
+        None => kafka_protocol::messages::ElectLeadersResponse::default()
+            .with_error_code(code::UNSUPPORTED_VERSION),
+    }
+}
+
 pub async fn create_partitions(
     broker: &Arc<Broker>,
     header: &RequestHeader,

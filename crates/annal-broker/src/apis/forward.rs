@@ -1,5 +1,6 @@
 //! Admin requests in a cluster: the controller alone writes metadata, so a broker forwards CreateTopics,
-//! DeleteTopics, CreatePartitions, AlterConfigs and IncrementalAlterConfigs to the active controller unchanged and
+//! DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs and ElectLeaders to the active controller
+//! unchanged and
 //! returns its answer (Kafka wraps them in an Envelope; what the client sees is the same). When the controller
 //! cannot be reached, every item answers NOT_CONTROLLER, which clients retry.
 //!
@@ -11,7 +12,8 @@ use std::time::Duration;
 use kafka_protocol::messages::{
     AlterConfigsRequest, AlterConfigsResponse, CreatePartitionsRequest, CreatePartitionsResponse,
     CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
-    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+    ElectLeadersRequest, ElectLeadersResponse, IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
 };
 
 use super::{code, s};
@@ -230,5 +232,47 @@ async fn wait_until(done: impl Fn() -> bool) {
     let deadline = tokio::time::Instant::now() + VISIBLE_WAIT_MAX;
     while !done() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(VISIBLE_POLL).await;
+    }
+}
+
+/// ElectLeaders (43). Unreachable controller: v1+ answer NOT_CONTROLLER at the top, v0 (no top-level code) on
+/// every partition asked for.
+pub async fn elect_leaders(
+    cluster: &ClusterRuntime,
+    version: i16,
+    req: ElectLeadersRequest,
+) -> ElectLeadersResponse {
+    use kafka_protocol::messages::elect_leaders_response::{
+        PartitionResult, ReplicaElectionResult,
+    };
+    match cluster.channel().send(&req, version).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            let msg = unreachable_message(&e);
+            tracing::debug!("ElectLeaders not forwarded: {msg}");
+            let results = req
+                .topic_partitions
+                .unwrap_or_default()
+                .into_iter()
+                .map(|t| {
+                    ReplicaElectionResult::default()
+                        .with_topic(t.topic)
+                        .with_partition_result(
+                            t.partitions
+                                .into_iter()
+                                .map(|p| {
+                                    PartitionResult::default()
+                                        .with_partition_id(p)
+                                        .with_error_code(NOT_CONTROLLER)
+                                        .with_error_message(Some(s(msg.clone())))
+                                })
+                                .collect(),
+                        )
+                })
+                .collect();
+            ElectLeadersResponse::default()
+                .with_error_code(if version >= 1 { NOT_CONTROLLER } else { 0 })
+                .with_replica_election_results(results)
+        }
     }
 }

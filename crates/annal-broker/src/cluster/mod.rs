@@ -111,6 +111,15 @@ impl ClusterRuntime {
                 default_replication_factor: config.default_replication_factor,
                 num_partitions: config.num_partitions,
                 seed: rand::random(),
+                min_insync_replicas: config.min_insync_replicas,
+                unclean_leader_election_enable: cluster.replication.unclean_leader_election_enable,
+                auto_leader_rebalance_enable: cluster.elections.auto_leader_rebalance_enable,
+                leader_imbalance_check_interval: Duration::from_secs(
+                    cluster.elections.leader_imbalance_check_interval_seconds,
+                ),
+                leader_imbalance_per_broker_percentage: cluster
+                    .elections
+                    .leader_imbalance_per_broker_percentage,
                 ..defaults
             },
         })
