@@ -438,3 +438,193 @@ async fn rebalance_respects_the_per_broker_percentage_and_can_be_off() {
     assert!(rebalance::rebalance_changes(&image, &policies, 10).is_empty());
     assert_eq!(rebalance::rebalance_changes(&image, &policies, 9).len(), 1);
 }
+
+fn reassign(
+    topic: &str,
+    partition: i32,
+    replicas: Option<&[i32]>,
+) -> AlterPartitionReassignmentsRequest {
+    use kafka_protocol::messages::alter_partition_reassignments_request::{
+        ReassignablePartition, ReassignableTopic,
+    };
+    AlterPartitionReassignmentsRequest::default()
+        .with_allow_replication_factor_change(true)
+        .with_topics(vec![ReassignableTopic::default()
+            .with_name(TopicName(s(topic)))
+            .with_partitions(vec![ReassignablePartition::default()
+                .with_partition_index(partition)
+                .with_replicas(
+                    replicas.map(|r| r.iter().map(|b| BrokerId(*b)).collect()),
+                )])])
+}
+
+fn reassign_code(resp: &AlterPartitionReassignmentsResponse) -> i16 {
+    if resp.error_code != NONE {
+        return resp.error_code;
+    }
+    resp.responses[0].partitions[0].error_code
+}
+
+#[tokio::test]
+async fn a_reassignment_adds_replicas_waits_for_them_to_catch_up_then_removes_the_old_ones() {
+    let h = Harness::with_brokers(4, &[]).await;
+    assert_eq!(h.create_assigned("t", &[&[0, 1]]).await.error_code, NONE);
+    let before = h.partition("t", 0);
+    // Move [0, 1] to [2, 3]: both old replicas leave, the leader among them.
+    let resp = h
+        .controller
+        .alter_partition_reassignments(reassign("t", 0, Some(&[2, 3])))
+        .await;
+    assert_eq!(reassign_code(&resp), NONE);
+    let moving = h.partition("t", 0);
+    assert_eq!(moving.replicas, vec![2, 3, 0, 1]);
+    assert_eq!(
+        (
+            moving.adding_replicas.clone(),
+            moving.removing_replicas.clone()
+        ),
+        (vec![2, 3], vec![0, 1])
+    );
+    assert_eq!(moving.isr, vec![0, 1], "new replicas are not in sync yet");
+    assert_eq!(moving.leader, 0);
+    assert_eq!(
+        moving.leader_epoch, before.leader_epoch,
+        "no replica left yet"
+    );
+
+    let list = h
+        .controller
+        .list_partition_reassignments(
+            ListPartitionReassignmentsRequest::default().with_topics(None),
+        )
+        .await;
+    assert_eq!(list.topics.len(), 1);
+    let ongoing = &list.topics[0].partitions[0];
+    assert_eq!(ongoing.adding_replicas, vec![BrokerId(2), BrokerId(3)]);
+    assert_eq!(ongoing.removing_replicas, vec![BrokerId(0), BrokerId(1)]);
+
+    // Broker 2 caught up: in the ISR, not complete yet.
+    assert_eq!(h.alter_isr("t", 0, &[0, 1, 2], 0).await, NONE);
+    assert_eq!(h.partition("t", 0).adding_replicas, vec![2, 3]);
+    // Broker 3 caught up: every target replica is in sync, the reassignment completes, and since the leader left
+    // the leadership moves (the leader hears NEW_LEADER_ELECTED).
+    assert_eq!(
+        h.alter_isr("t", 0, &[0, 1, 2, 3], 0).await,
+        NEW_LEADER_ELECTED
+    );
+    let done = h.partition("t", 0);
+    assert_eq!(done.replicas, vec![2, 3]);
+    assert_eq!(done.isr, vec![2, 3]);
+    assert!(done.adding_replicas.is_empty() && done.removing_replicas.is_empty());
+    assert_eq!(done.leader, 2);
+    assert!(done.leader_epoch > before.leader_epoch);
+    let list = h
+        .controller
+        .list_partition_reassignments(
+            ListPartitionReassignmentsRequest::default().with_topics(None),
+        )
+        .await;
+    assert!(list.topics.is_empty());
+}
+
+#[tokio::test]
+async fn reassignments_are_validated_cancelled_and_shrinks_complete_at_once() {
+    let h = Harness::with_brokers(3, &[]).await;
+    assert_eq!(h.create_assigned("t", &[&[0, 1, 2]]).await.error_code, NONE);
+    for (target, code) in [
+        (&[][..], INVALID_REPLICA_ASSIGNMENT),
+        (&[0, 0][..], INVALID_REPLICA_ASSIGNMENT),
+        (&[0, 9][..], INVALID_REPLICA_ASSIGNMENT),
+    ] {
+        let resp = h
+            .controller
+            .alter_partition_reassignments(reassign("t", 0, Some(target)))
+            .await;
+        assert_eq!(reassign_code(&resp), code, "{target:?}");
+    }
+    let resp = h
+        .controller
+        .alter_partition_reassignments(reassign("nope", 0, Some(&[0])))
+        .await;
+    assert_eq!(reassign_code(&resp), UNKNOWN_TOPIC_OR_PARTITION);
+    let resp = h
+        .controller
+        .alter_partition_reassignments(reassign("t", 0, None))
+        .await;
+    assert_eq!(reassign_code(&resp), NO_REASSIGNMENT_IN_PROGRESS);
+    let strict = reassign("t", 0, Some(&[0, 1])).with_allow_replication_factor_change(false);
+    assert_eq!(
+        reassign_code(&h.controller.alter_partition_reassignments(strict).await),
+        INVALID_REPLICATION_FACTOR
+    );
+
+    // Dropping a replica that is in sync needs no catching up: complete at once, epochs bumped.
+    let before = h.partition("t", 0);
+    let resp = h
+        .controller
+        .alter_partition_reassignments(reassign("t", 0, Some(&[0, 1])))
+        .await;
+    assert_eq!(reassign_code(&resp), NONE);
+    let p = h.partition("t", 0);
+    assert_eq!(
+        (p.replicas.clone(), p.isr.clone()),
+        (vec![0, 1], vec![0, 1])
+    );
+    assert!(p.adding_replicas.is_empty() && p.removing_replicas.is_empty());
+    assert_eq!(
+        p.leader_epoch,
+        before.leader_epoch + 1,
+        "a replica left: the leader epoch moves"
+    );
+
+    // Add broker 2 back, then cancel before it caught up: the original assignment returns.
+    let resp = h
+        .controller
+        .alter_partition_reassignments(reassign("t", 0, Some(&[0, 1, 2])))
+        .await;
+    assert_eq!(reassign_code(&resp), NONE);
+    assert_eq!(h.partition("t", 0).adding_replicas, vec![2]);
+    let resp = h
+        .controller
+        .alter_partition_reassignments(reassign("t", 0, None))
+        .await;
+    assert_eq!(reassign_code(&resp), NONE);
+    let p = h.partition("t", 0);
+    assert_eq!(
+        (p.replicas.clone(), p.isr.clone()),
+        (vec![0, 1], vec![0, 1])
+    );
+    assert!(p.adding_replicas.is_empty());
+}
+
+#[tokio::test]
+async fn reassignment_apis_speak_kafka_bytes() {
+    let h = Harness::with_brokers(2, &[]).await;
+    assert_eq!(h.create_assigned("t", &[&[0]]).await.error_code, NONE);
+    for version in 0..=1 {
+        let mut body = BytesMut::new();
+        reassign("t", 0, Some(&[0]))
+            .encode(&mut body, version)
+            .unwrap();
+        let out = h
+            .controller
+            .handle(45, version, body.freeze(), h.now)
+            .await
+            .unwrap();
+        let resp = AlterPartitionReassignmentsResponse::decode(&mut out.clone(), version).unwrap();
+        assert_eq!(reassign_code(&resp), NONE, "v{version}: a no-op move");
+    }
+    let mut body = BytesMut::new();
+    ListPartitionReassignmentsRequest::default()
+        .with_topics(None)
+        .encode(&mut body, 0)
+        .unwrap();
+    let out = h
+        .controller
+        .handle(46, 0, body.freeze(), h.now)
+        .await
+        .unwrap();
+    let resp = ListPartitionReassignmentsResponse::decode(&mut out.clone(), 0).unwrap();
+    assert!(resp.topics.is_empty());
+    assert!(supported_apis().contains(&(45, 0, 1)) && supported_apis().contains(&(46, 0, 0)));
+}

@@ -17,6 +17,7 @@ mod election;
 pub mod errors;
 mod partition_change;
 mod placement;
+mod reassignments;
 mod rebalance;
 mod topics;
 mod writer;
@@ -32,9 +33,10 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{
-    AllocateProducerIdsRequest, AlterConfigsRequest, AlterPartitionRequest, BrokerHeartbeatRequest,
-    BrokerRegistrationRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
-    ElectLeadersRequest, IncrementalAlterConfigsRequest,
+    AllocateProducerIdsRequest, AlterConfigsRequest, AlterPartitionReassignmentsRequest,
+    AlterPartitionRequest, BrokerHeartbeatRequest, BrokerRegistrationRequest,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, ElectLeadersRequest,
+    IncrementalAlterConfigsRequest, ListPartitionReassignmentsRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, Message};
 use rand::rngs::StdRng;
@@ -234,6 +236,10 @@ impl Controller {
                 .allocate_producer_ids(r)),
             56 => run!(AlterPartitionRequest, |r| self.alter_partition(r)),
             43 => run!(ElectLeadersRequest, |r| self.elect_leaders(r)),
+            45 => run!(AlterPartitionReassignmentsRequest, |r| self
+                .alter_partition_reassignments(r)),
+            46 => run!(ListPartitionReassignmentsRequest, |r| self
+                .list_partition_reassignments(r)),
             other => Err(HandleError::UnsupportedApi(other)),
         }
     }
@@ -251,6 +257,8 @@ pub fn supported_apis() -> Vec<(i16, i16, i16)> {
         range::<AlterConfigsRequest>(33),
         range::<CreatePartitionsRequest>(37),
         range::<ElectLeadersRequest>(43),
+        range::<AlterPartitionReassignmentsRequest>(45),
+        range::<ListPartitionReassignmentsRequest>(46),
         range::<IncrementalAlterConfigsRequest>(44),
         range::<AlterPartitionRequest>(56),
         range::<BrokerRegistrationRequest>(62),
