@@ -323,6 +323,46 @@ pub async fn elect_leaders(
     }
 }
 
+/// AlterPartitionReassignments (45): cluster only, forwarded.
+pub async fn alter_partition_reassignments(
+    broker: &Arc<Broker>,
+    header: &RequestHeader,
+    req: kafka_protocol::messages::AlterPartitionReassignmentsRequest,
+) -> kafka_protocol::messages::AlterPartitionReassignmentsResponse {
+    use kafka_protocol::messages::AlterPartitionReassignmentsResponse as Resp;
+    match broker.cluster() {
+        Some(cluster) => {
+            super::forward::to_controller(cluster, header.request_api_version, &req, |msg| {
+                Resp::default()
+                    .with_error_code(super::forward::NOT_CONTROLLER)
+                    .with_error_message(Some(s(msg)))
+            })
+            .await
+        }
+        None => Resp::default().with_error_code(code::UNSUPPORTED_VERSION),
+    }
+}
+
+/// ListPartitionReassignments (46): cluster only, forwarded.
+pub async fn list_partition_reassignments(
+    broker: &Arc<Broker>,
+    header: &RequestHeader,
+    req: kafka_protocol::messages::ListPartitionReassignmentsRequest,
+) -> kafka_protocol::messages::ListPartitionReassignmentsResponse {
+    use kafka_protocol::messages::ListPartitionReassignmentsResponse as Resp;
+    match broker.cluster() {
+        Some(cluster) => {
+            super::forward::to_controller(cluster, header.request_api_version, &req, |msg| {
+                Resp::default()
+                    .with_error_code(super::forward::NOT_CONTROLLER)
+                    .with_error_message(Some(s(msg)))
+            })
+            .await
+        }
+        None => Resp::default().with_error_code(code::UNSUPPORTED_VERSION),
+    }
+}
+
 pub async fn create_partitions(
     broker: &Arc<Broker>,
     header: &RequestHeader,

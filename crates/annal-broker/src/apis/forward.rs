@@ -1,5 +1,6 @@
 //! Admin requests in a cluster: the controller alone writes metadata, so a broker forwards CreateTopics,
-//! DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs and ElectLeaders to the active controller
+//! DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs, ElectLeaders and the partition
+//! reassignment APIs to the active controller
 //! unchanged and
 //! returns its answer (Kafka wraps them in an Envelope; what the client sees is the same). When the controller
 //! cannot be reached, every item answers NOT_CONTROLLER, which clients retry.
@@ -21,7 +22,7 @@ use crate::cluster::ClusterRuntime;
 use crate::Broker;
 
 /// Kafka's NOT_CONTROLLER (retriable): the controller could not be reached or is changing.
-const NOT_CONTROLLER: i16 = 41;
+pub(crate) const NOT_CONTROLLER: i16 = 41;
 /// How long a forwarded change waits to show up in this broker's own state.
 const VISIBLE_WAIT_MAX: Duration = Duration::from_secs(5);
 const VISIBLE_POLL: Duration = Duration::from_millis(20);
@@ -273,6 +274,26 @@ pub async fn elect_leaders(
             ElectLeadersResponse::default()
                 .with_error_code(if version >= 1 { NOT_CONTROLLER } else { 0 })
                 .with_replica_election_results(results)
+        }
+    }
+}
+
+/// Sends `req` to the controller and returns its answer, or `unreachable(message)` when it cannot be reached.
+pub async fn to_controller<Req, Resp>(
+    cluster: &ClusterRuntime,
+    version: i16,
+    req: &Req,
+    unreachable: impl FnOnce(String) -> Resp,
+) -> Resp
+where
+    Req: kafka_protocol::protocol::Request<Response = Resp>,
+{
+    match cluster.channel().send(req, version).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            let msg = unreachable_message(&e);
+            tracing::debug!("{} not forwarded: {msg}", std::any::type_name::<Req>());
+            unreachable(msg)
         }
     }
 }

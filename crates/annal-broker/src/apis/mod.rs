@@ -234,6 +234,22 @@ pub async fn dispatch(
             ElectLeadersRequest,
             admin::elect_leaders
         ),
+        ApiKey::AlterPartitionReassignments => route!(
+            broker,
+            key,
+            header,
+            buf,
+            AlterPartitionReassignmentsRequest,
+            admin::alter_partition_reassignments
+        ),
+        ApiKey::ListPartitionReassignments => route!(
+            broker,
+            key,
+            header,
+            buf,
+            ListPartitionReassignmentsRequest,
+            admin::list_partition_reassignments
+        ),
         ApiKey::DescribeQuorum => route!(
             broker,
             key,
