@@ -32,6 +32,16 @@ public class MetadataRecordBytes {
             .setIsr(Arrays.asList(1)).setRemovingReplicas(Collections.emptyList()).setAddingReplicas(Collections.emptyList())
             .setLeader(1).setLeaderEpoch(0).setPartitionEpoch(0), (short) 0);
         dump("change", new PartitionChangeRecord().setPartitionId(3).setTopicId(topic).setIsr(Arrays.asList(2, 3)).setLeader(2), (short) 0);
+        // KIP-966: the ELR fields (tags 6 and 7) need version 2; with a leader recovery state (tag 5) and an empty ISR.
+        dump("change_elr", new PartitionChangeRecord().setPartitionId(3).setTopicId(topic).setIsr(Collections.emptyList())
+            .setLeader(-1).setEligibleLeaderReplicas(Arrays.asList(1, 2)).setLastKnownElr(Arrays.asList(1)), (short) 2);
+        dump("change_unclean", new PartitionChangeRecord().setPartitionId(3).setTopicId(topic).setIsr(Arrays.asList(3))
+            .setLeader(3).setLeaderRecoveryState((byte) 1).setEligibleLeaderReplicas(Collections.emptyList())
+            .setLastKnownElr(Collections.emptyList()), (short) 2);
+        dump("partition_elr", new PartitionRecord().setPartitionId(3).setTopicId(topic).setReplicas(Arrays.asList(1, 2, 3))
+            .setIsr(Collections.emptyList()).setRemovingReplicas(Collections.emptyList()).setAddingReplicas(Collections.emptyList())
+            .setLeader(-1).setLeaderEpoch(4).setPartitionEpoch(7).setDirectories(Collections.emptyList())
+            .setEligibleLeaderReplicas(Arrays.asList(2)).setLastKnownElr(Arrays.asList(1)), (short) 2);
         dump("regchange", new BrokerRegistrationChangeRecord().setBrokerId(2).setBrokerEpoch(42L).setFenced((byte) 1).setInControlledShutdown((byte) 0), (short) 2);
         dump("config", new ConfigRecord().setResourceType((byte) 2).setResourceName("orders").setName("retention.ms").setValue("1000"), (short) 0);
         dump("pids", new ProducerIdsRecord().setBrokerId(2).setBrokerEpoch(42L).setNextProducerId(2000L), (short) 0);

@@ -69,6 +69,12 @@ pub struct PartitionState {
     pub leader_recovery_state: i8,
     pub leader_epoch: i32,
     pub partition_epoch: i32,
+    /// Eligible leader replicas (KIP-966): replicas that left the ISR while it was below `min.insync.replicas`,
+    /// so they hold every committed record and may be elected once the ISR is empty.
+    pub elr: Vec<i32>,
+    /// Kafka's LastKnownElr: the leader the partition had when its ISR became empty (Kafka keeps only that one
+    /// replica here), so a leaderless partition can recover on it after an unclean shutdown.
+    pub last_known_elr: Vec<i32>,
 }
 
 impl PartitionState {
@@ -76,10 +82,23 @@ impl PartitionState {
         if self.replicas.is_empty() {
             return Err("a partition needs at least one replica".into());
         }
-        if has_duplicates(&self.replicas) || has_duplicates(&self.isr) {
+        if has_duplicates(&self.replicas) || has_duplicates(&self.isr) || has_duplicates(&self.elr)
+        {
             return Err(format!(
-                "replicas {:?} or ISR {:?} name a broker twice",
-                self.replicas, self.isr
+                "replicas {:?}, ISR {:?} or ELR {:?} name a broker twice",
+                self.replicas, self.isr, self.elr
+            ));
+        }
+        if let Some(both) = self.elr.iter().find(|b| self.isr.contains(b)) {
+            return Err(format!(
+                "broker {both} is in both the ISR {:?} and the ELR {:?}",
+                self.isr, self.elr
+            ));
+        }
+        if let Some(stray) = self.elr.iter().find(|b| !self.replicas.contains(b)) {
+            return Err(format!(
+                "ELR member {stray} is not a replica ({:?})",
+                self.replicas
             ));
         }
         if let Some(stray) = self.isr.iter().find(|b| !self.replicas.contains(b)) {
@@ -88,8 +107,10 @@ impl PartitionState {
                 self.replicas
             ));
         }
-        if self.isr.is_empty() {
-            return Err("the ISR may shrink to its last member but never to nothing".into());
+        // KIP-966: the ISR may become empty (its members move to the ELR), but only a leaderless partition has
+        // an empty ISR.
+        if self.isr.is_empty() && self.leader != NO_LEADER {
+            return Err(format!("leader {} with an empty ISR", self.leader));
         }
         if self.leader != NO_LEADER && !self.isr.contains(&self.leader) {
             return Err(format!(
@@ -352,6 +373,8 @@ impl MetadataImage {
             leader_recovery_state: r.leader_recovery_state,
             leader_epoch: r.leader_epoch,
             partition_epoch: r.partition_epoch,
+            elr: r.eligible_leader_replicas.clone().unwrap_or_default(),
+            last_known_elr: r.last_known_elr.clone().unwrap_or_default(),
         };
         state.check()?;
         topic.partitions.insert(r.partition_id, state);
@@ -385,6 +408,12 @@ impl MetadataImage {
         }
         if r.leader_recovery_state != -1 {
             new.leader_recovery_state = r.leader_recovery_state;
+        }
+        if let Some(elr) = &r.eligible_leader_replicas {
+            new.elr = elr.clone();
+        }
+        if let Some(last_known) = &r.last_known_elr {
+            new.last_known_elr = last_known.clone();
         }
         if r.leader != LEADER_UNCHANGED {
             if r.leader < NO_LEADER {
@@ -555,8 +584,9 @@ impl MetadataImage {
                     leader_epoch: p.leader_epoch,
                     partition_epoch: p.partition_epoch,
                     directories: Vec::new(),
-                    eligible_leader_replicas: None,
-                    last_known_elr: None,
+                    eligible_leader_replicas: (!p.elr.is_empty()).then(|| p.elr.clone()),
+                    last_known_elr: (!p.last_known_elr.is_empty())
+                        .then(|| p.last_known_elr.clone()),
                 }));
             }
         }

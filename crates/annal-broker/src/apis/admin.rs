@@ -308,6 +308,61 @@ pub async fn delete_topics(
     DeleteTopicsResponse::default().with_responses(responses)
 }
 
+/// ElectLeaders (43): a controller decision, so only a cluster serves it (a single node does not advertise it).
+pub async fn elect_leaders(
+    broker: &Arc<Broker>,
+    header: &RequestHeader,
+    req: kafka_protocol::messages::ElectLeadersRequest,
+) -> kafka_protocol::messages::ElectLeadersResponse {
+    match broker.cluster() {
+        Some(cluster) => {
+            super::forward::elect_leaders(cluster, header.request_api_version, req).await
+        }
+        None => kafka_protocol::messages::ElectLeadersResponse::default()
+            .with_error_code(code::UNSUPPORTED_VERSION),
+    }
+}
+
+/// AlterPartitionReassignments (45): cluster only, forwarded.
+pub async fn alter_partition_reassignments(
+    broker: &Arc<Broker>,
+    header: &RequestHeader,
+    req: kafka_protocol::messages::AlterPartitionReassignmentsRequest,
+) -> kafka_protocol::messages::AlterPartitionReassignmentsResponse {
+    use kafka_protocol::messages::AlterPartitionReassignmentsResponse as Resp;
+    match broker.cluster() {
+        Some(cluster) => {
+            super::forward::to_controller(cluster, header.request_api_version, &req, |msg| {
+                Resp::default()
+                    .with_error_code(super::forward::NOT_CONTROLLER)
+                    .with_error_message(Some(s(msg)))
+            })
+            .await
+        }
+        None => Resp::default().with_error_code(code::UNSUPPORTED_VERSION),
+    }
+}
+
+/// ListPartitionReassignments (46): cluster only, forwarded.
+pub async fn list_partition_reassignments(
+    broker: &Arc<Broker>,
+    header: &RequestHeader,
+    req: kafka_protocol::messages::ListPartitionReassignmentsRequest,
+) -> kafka_protocol::messages::ListPartitionReassignmentsResponse {
+    use kafka_protocol::messages::ListPartitionReassignmentsResponse as Resp;
+    match broker.cluster() {
+        Some(cluster) => {
+            super::forward::to_controller(cluster, header.request_api_version, &req, |msg| {
+                Resp::default()
+                    .with_error_code(super::forward::NOT_CONTROLLER)
+                    .with_error_message(Some(s(msg)))
+            })
+            .await
+        }
+        None => Resp::default().with_error_code(code::UNSUPPORTED_VERSION),
+    }
+}
+
 pub async fn create_partitions(
     broker: &Arc<Broker>,
     header: &RequestHeader,

@@ -1,4 +1,4 @@
-//! ApiVersions: advertises exactly [`super::SUPPORTED`]. KIP-511: a version we do not know is still answered, with
+//! ApiVersions: advertises exactly [`super::SUPPORTED`] (and [`super::CLUSTER_ONLY`] in a cluster). KIP-511: a version we do not know is still answered, with
 //! a v0 body carrying UNSUPPORTED_VERSION and our ranges, so the client can retry with a version we support.
 
 use std::sync::Arc;
@@ -30,13 +30,12 @@ pub async fn handle(
 ) -> ApiVersionsResponse {
     let mut keys = api_keys();
     if broker.cluster().is_some() {
-        let (min, max) = super::CLUSTER_DESCRIBE_QUORUM;
-        keys.push(
+        keys.extend(super::CLUSTER_ONLY.iter().map(|(k, min, max)| {
             ApiVersion::default()
-                .with_api_key(kafka_protocol::messages::ApiKey::DescribeQuorum as i16)
-                .with_min_version(min)
-                .with_max_version(max),
-        );
+                .with_api_key(*k as i16)
+                .with_min_version(*min)
+                .with_max_version(*max)
+        }));
     }
     ApiVersionsResponse::default()
         .with_error_code(code::NONE)

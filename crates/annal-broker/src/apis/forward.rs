@@ -1,5 +1,7 @@
 //! Admin requests in a cluster: the controller alone writes metadata, so a broker forwards CreateTopics,
-//! DeleteTopics, CreatePartitions, AlterConfigs and IncrementalAlterConfigs to the active controller unchanged and
+//! DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs, ElectLeaders and the partition
+//! reassignment APIs to the active controller
+//! unchanged and
 //! returns its answer (Kafka wraps them in an Envelope; what the client sees is the same). When the controller
 //! cannot be reached, every item answers NOT_CONTROLLER, which clients retry.
 //!
@@ -11,7 +13,8 @@ use std::time::Duration;
 use kafka_protocol::messages::{
     AlterConfigsRequest, AlterConfigsResponse, CreatePartitionsRequest, CreatePartitionsResponse,
     CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
-    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+    ElectLeadersRequest, ElectLeadersResponse, IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
 };
 
 use super::{code, s};
@@ -19,7 +22,7 @@ use crate::cluster::ClusterRuntime;
 use crate::Broker;
 
 /// Kafka's NOT_CONTROLLER (retriable): the controller could not be reached or is changing.
-const NOT_CONTROLLER: i16 = 41;
+pub(crate) const NOT_CONTROLLER: i16 = 41;
 /// How long a forwarded change waits to show up in this broker's own state.
 const VISIBLE_WAIT_MAX: Duration = Duration::from_secs(5);
 const VISIBLE_POLL: Duration = Duration::from_millis(20);
@@ -230,5 +233,67 @@ async fn wait_until(done: impl Fn() -> bool) {
     let deadline = tokio::time::Instant::now() + VISIBLE_WAIT_MAX;
     while !done() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(VISIBLE_POLL).await;
+    }
+}
+
+/// ElectLeaders (43). Unreachable controller: v1+ answer NOT_CONTROLLER at the top, v0 (no top-level code) on
+/// every partition asked for.
+pub async fn elect_leaders(
+    cluster: &ClusterRuntime,
+    version: i16,
+    req: ElectLeadersRequest,
+) -> ElectLeadersResponse {
+    use kafka_protocol::messages::elect_leaders_response::{
+        PartitionResult, ReplicaElectionResult,
+    };
+    match cluster.channel().send(&req, version).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            let msg = unreachable_message(&e);
+            tracing::debug!("ElectLeaders not forwarded: {msg}");
+            let results = req
+                .topic_partitions
+                .unwrap_or_default()
+                .into_iter()
+                .map(|t| {
+                    ReplicaElectionResult::default()
+                        .with_topic(t.topic)
+                        .with_partition_result(
+                            t.partitions
+                                .into_iter()
+                                .map(|p| {
+                                    PartitionResult::default()
+                                        .with_partition_id(p)
+                                        .with_error_code(NOT_CONTROLLER)
+                                        .with_error_message(Some(s(msg.clone())))
+                                })
+                                .collect(),
+                        )
+                })
+                .collect();
+            ElectLeadersResponse::default()
+                .with_error_code(if version >= 1 { NOT_CONTROLLER } else { 0 })
+                .with_replica_election_results(results)
+        }
+    }
+}
+
+/// Sends `req` to the controller and returns its answer, or `unreachable(message)` when it cannot be reached.
+pub async fn to_controller<Req, Resp>(
+    cluster: &ClusterRuntime,
+    version: i16,
+    req: &Req,
+    unreachable: impl FnOnce(String) -> Resp,
+) -> Resp
+where
+    Req: kafka_protocol::protocol::Request<Response = Resp>,
+{
+    match cluster.channel().send(req, version).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            let msg = unreachable_message(&e);
+            tracing::debug!("{} not forwarded: {msg}", std::any::type_name::<Req>());
+            unreachable(msg)
+        }
     }
 }

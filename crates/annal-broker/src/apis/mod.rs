@@ -58,14 +58,17 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
-/// DescribeQuorum, served by brokers of a cluster only (forwarded to the controller, as Kafka's brokers do); a
-/// zero-configuration single node runs no quorum and does not advertise it.
-pub const CLUSTER_DESCRIBE_QUORUM: (i16, i16) = (0, 2);
+/// APIs served by brokers of a cluster only, forwarded to the active controller as Kafka's brokers forward them:
+/// DescribeQuorum and ElectLeaders. A zero-configuration single node runs no quorum and does not advertise them.
+pub const CLUSTER_ONLY: &[(ApiKey, i16, i16)] =
+    &[(ApiKey::DescribeQuorum, 0, 2), (ApiKey::ElectLeaders, 0, 2)];
 
-/// The versions of `key` this broker serves: [`SUPPORTED`], plus the cluster-only APIs when it is in a cluster.
+/// The versions of `key` this broker serves: [`SUPPORTED`], plus [`CLUSTER_ONLY`] when it is in a cluster.
 pub fn supported_by(broker: &Broker, key: ApiKey) -> Option<(i16, i16)> {
-    if key == ApiKey::DescribeQuorum && broker.cluster().is_some() {
-        return Some(CLUSTER_DESCRIBE_QUORUM);
+    if broker.cluster().is_some() {
+        if let Some((_, min, max)) = CLUSTER_ONLY.iter().find(|(k, _, _)| *k == key) {
+            return Some((*min, *max));
+        }
     }
     supported(key)
 }
@@ -223,6 +226,30 @@ pub async fn dispatch(
                 offsets::offset_for_leader_epoch
             )
         }
+        ApiKey::ElectLeaders => route!(
+            broker,
+            key,
+            header,
+            buf,
+            ElectLeadersRequest,
+            admin::elect_leaders
+        ),
+        ApiKey::AlterPartitionReassignments => route!(
+            broker,
+            key,
+            header,
+            buf,
+            AlterPartitionReassignmentsRequest,
+            admin::alter_partition_reassignments
+        ),
+        ApiKey::ListPartitionReassignments => route!(
+            broker,
+            key,
+            header,
+            buf,
+            ListPartitionReassignmentsRequest,
+            admin::list_partition_reassignments
+        ),
         ApiKey::DescribeQuorum => route!(
             broker,
             key,

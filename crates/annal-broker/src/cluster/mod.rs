@@ -132,6 +132,15 @@ impl ClusterRuntime {
                 topic_config_validator: |name, value| {
                     crate::topic_config::validate(name, Some(value))
                 },
+                min_insync_replicas: config.min_insync_replicas,
+                unclean_leader_election_enable: cluster.replication.unclean_leader_election_enable,
+                auto_leader_rebalance_enable: cluster.elections.auto_leader_rebalance_enable,
+                leader_imbalance_check_interval: Duration::from_secs(
+                    cluster.elections.leader_imbalance_check_interval_seconds,
+                ),
+                leader_imbalance_per_broker_percentage: cluster
+                    .elections
+                    .leader_imbalance_per_broker_percentage,
                 ..defaults
             },
         })

@@ -126,6 +126,17 @@ pub struct ReplicationConfig {
     pub unclean_leader_election_enable: bool,
 }
 
+/// The active controller's preferred-leader rebalancing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ElectionConfig {
+    /// `auto.leader.rebalance.enable` (true).
+    pub auto_leader_rebalance_enable: bool,
+    /// `leader.imbalance.check.interval.seconds` (300).
+    pub leader_imbalance_check_interval_seconds: u64,
+    /// `leader.imbalance.per.broker.percentage` (10).
+    pub leader_imbalance_per_broker_percentage: u32,
+}
+
 /// This node's cluster identity and wiring, resolved and checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterConfig {
@@ -141,6 +152,7 @@ pub struct ClusterConfig {
     pub quorum: QuorumConfig,
     pub lease: LeaseConfig,
     pub replication: ReplicationConfig,
+    pub elections: ElectionConfig,
     /// `controlled.shutdown.enable` (true): on SIGTERM, move leaderships away before exiting.
     pub controlled_shutdown_enable: bool,
 }
@@ -409,6 +421,13 @@ pub(super) fn resolve(
         quorum,
         lease,
         replication,
+        elections: ElectionConfig {
+            auto_leader_rebalance_enable: flag("auto.leader.rebalance.enable"),
+            leader_imbalance_check_interval_seconds: num("leader.imbalance.check.interval.seconds")
+                .max(1) as u64,
+            leader_imbalance_per_broker_percentage: num("leader.imbalance.per.broker.percentage")
+                .clamp(0, 100) as u32,
+        },
         controlled_shutdown_enable: flag("controlled.shutdown.enable"),
     };
     debug_assert_invariants(&config);

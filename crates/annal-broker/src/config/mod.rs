@@ -228,6 +228,14 @@ pub const BROKER_SETTINGS: &[Setting] = &[
     setting("controller.quorum.election.timeout.ms", int(1), "1000"),
     setting("controller.quorum.fetch.timeout.ms", int(1), "2000"),
     setting("controlled.shutdown.enable", Kind::Bool, "true"),
+    // Controller: preferred leader rebalancing.
+    setting("auto.leader.rebalance.enable", Kind::Bool, "true"),
+    setting("leader.imbalance.check.interval.seconds", long(1), "300"),
+    setting(
+        "leader.imbalance.per.broker.percentage",
+        Kind::Int { min: 0, max: 100 },
+        "10",
+    ),
     // Replication.
     setting(
         "offsets.topic.replication.factor",

@@ -1,7 +1,9 @@
 //! AlterPartition (56): a partition leader asks to change its ISR (followers caught up or fell behind).
 //! Kafka's rules (`ReplicationControlManager.alterPartition`, KIP-497/841/903): only the current leader, at the
 //! current leader and partition epochs, may change the ISR; the new ISR keeps the leader, names only replicas,
-//! and only brokers that are live, not shutting down and (v3) at the broker epoch the leader saw.
+//! and only brokers that are live, not shutting down and (v3) at the broker epoch the leader saw. The change goes
+//! through [`PartitionChange`], so the ELR follows the ISR (KIP-966) and a reassignment whose new replicas are
+//! all in sync completes.
 
 use std::collections::BTreeSet;
 
@@ -11,9 +13,10 @@ use kafka_protocol::messages::{AlterPartitionRequest, AlterPartitionResponse, Br
 use uuid::Uuid;
 
 use super::errors::*;
+use super::partition_change::{Election, PartitionChange, RECOVERED, RECOVERING};
 use super::Controller;
 use crate::image::MetadataImage;
-use crate::records::{MetadataRecord, PartitionChangeRecord};
+use crate::records::{MetadataRecord, PartitionChangeRecord, LEADER_UNCHANGED};
 
 /// Checks one partition's request against the image; the new ISR, or the error code.
 fn check(
@@ -54,6 +57,16 @@ fn check(
     {
         return Err(INVALID_REQUEST);
     }
+    // A leader recovering from an unclean election reports RECOVERED once it has; until then it is alone.
+    if p.leader_recovery_state == RECOVERING && isr.len() > 1 {
+        return Err(INVALID_REQUEST);
+    }
+    if state.leader_recovery_state != RECOVERING && p.leader_recovery_state == RECOVERING {
+        return Err(INVALID_REQUEST);
+    }
+    if p.leader_recovery_state != RECOVERING && p.leader_recovery_state != RECOVERED {
+        return Err(INVALID_REQUEST);
+    }
     for (id, epoch) in &members {
         let eligible = image
             .broker(*id)
@@ -64,6 +77,37 @@ fn check(
         }
     }
     Ok(isr)
+}
+
+/// The change for a checked request, through Kafka's partition change rules.
+fn plan(
+    image: &MetadataImage,
+    policies: &super::election::Policies<'_>,
+    acceptable: &dyn Fn(i32) -> bool,
+    topic_id: Uuid,
+    p: &PartitionData,
+    isr: Vec<i32>,
+) -> Option<PartitionChangeRecord> {
+    let topic = image.topic_by_id(&topic_id)?;
+    let state = topic.partitions.get(&p.partition_index)?;
+    let policy = policies.topic(topic);
+    let election = if policy.unclean {
+        Election::Unclean
+    } else {
+        Election::Online
+    };
+    PartitionChange::new(
+        state,
+        topic_id,
+        p.partition_index,
+        acceptable,
+        policy.min_isr,
+    )
+    .election(election)
+    .target_isr(isr)
+    .target_recovery_state(p.leader_recovery_state)
+    .build()
+    .map(|d| d.record)
 }
 
 impl Controller {
@@ -80,16 +124,21 @@ impl Controller {
         }
         let mut records = Vec::new();
         let mut outcomes: Vec<(Uuid, i32, Result<(), i16>)> = Vec::new();
+        let policies = self.policies(&image);
+        let acceptable = |r: i32| image.broker(r).is_some_and(|b| b.is_usable());
         for t in &req.topics {
             for p in &t.partitions {
-                let outcome = check(&image, leader, &t.topic_id, p).map(|isr| {
-                    let current = image
-                        .partition(&t.topic_id, p.partition_index)
-                        .map(|s| s.isr.clone());
-                    if current.as_ref() != Some(&isr) {
-                        let mut change = PartitionChangeRecord::new(t.topic_id, p.partition_index);
-                        change.isr = Some(isr);
-                        records.push(MetadataRecord::PartitionChange(change));
+                let outcome = check(&image, leader, &t.topic_id, p).and_then(|isr| {
+                    let change = plan(&image, &policies, &acceptable, t.topic_id, p, isr);
+                    let moved = change
+                        .as_ref()
+                        .is_some_and(|c| c.leader != LEADER_UNCHANGED && c.leader != leader);
+                    records.extend(change.map(MetadataRecord::PartitionChange));
+                    // Completing a reassignment may move the leadership: the leader must reload metadata.
+                    if moved {
+                        Err(NEW_LEADER_ELECTED)
+                    } else {
+                        Ok(())
                     }
                 });
                 outcomes.push((t.topic_id, p.partition_index, outcome));
@@ -107,6 +156,8 @@ impl Controller {
             let mut data =
                 alter_partition_response::PartitionData::default().with_partition_index(index);
             match (outcome, write_error) {
+                // The change that moved the leader was not written: report why.
+                (Err(NEW_LEADER_ELECTED), Some(code)) => data = data.with_error_code(code),
                 (Err(code), _) | (Ok(()), Some(code)) => data = data.with_error_code(code),
                 (Ok(()), None) => {
                     let s = image

@@ -20,17 +20,22 @@ use crate::records::{
 
 /// The records that fence `broker` (epoch `epoch`) and move its partitions: FenceBrokerRecord, then one
 /// PartitionChangeRecord per partition it led or was in sync for.
-fn fence_records(image: &MetadataImage, broker: i32, epoch: i64) -> Vec<MetadataRecord> {
+fn fence_records(
+    image: &MetadataImage,
+    policies: &election::Policies<'_>,
+    broker: i32,
+    epoch: i64,
+) -> Vec<MetadataRecord> {
     let mut records = vec![MetadataRecord::FenceBroker(FenceBrokerRecord {
         id: broker,
         epoch,
     })];
-    records.extend(
-        election::move_off_broker(image, broker)
-            .into_iter()
-            .map(MetadataRecord::PartitionChange),
-    );
+    records.extend(changes(election::move_off_broker(image, policies, broker)));
     records
+}
+
+fn changes(c: Vec<crate::records::PartitionChangeRecord>) -> impl Iterator<Item = MetadataRecord> {
+    c.into_iter().map(MetadataRecord::PartitionChange)
 }
 
 impl Controller {
@@ -58,6 +63,7 @@ impl Controller {
             return reply(INCONSISTENT_CLUSTER_ID, -1);
         }
         let mut records = Vec::new();
+        let policies = self.policies(&image);
         if let Some(existing) = image.broker(id) {
             let lease_live = state.leases.get(&id).is_some_and(|l| {
                 l.deadline > now && (l.confirmed || self.config.local_node_id != Some(id))
@@ -66,18 +72,32 @@ impl Controller {
             // incarnation need not wait for the old lease to lapse.
             let released =
                 existing.in_controlled_shutdown && image.partitions_led_by(id).is_empty();
-            if existing.incarnation_id != req.incarnation_id && lease_live && !released {
+            let new_incarnation = existing.incarnation_id != req.incarnation_id;
+            if new_incarnation && lease_live && !released {
                 return reply(DUPLICATE_BROKER_REGISTRATION, -1);
             }
-            // The old incarnation is gone (or this is the same process retrying): it leads nothing any more.
             if !existing.fenced {
-                records.extend(fence_records(&image, id, existing.epoch));
+                records.push(MetadataRecord::FenceBroker(FenceBrokerRecord {
+                    id,
+                    epoch: existing.epoch,
+                }));
+            }
+            // KIP-966: a new process that cannot show it shut down cleanly (PreviousBrokerEpoch = the epoch it
+            // had) may have lost unflushed records, so it leaves the ELR too; otherwise (a clean restart, or the
+            // same process retrying) it only leaves ISRs and leaderships, as when fenced.
+            let clean = !new_incarnation || req.previous_broker_epoch == existing.epoch;
+            if clean {
+                records.extend(changes(election::move_off_broker(&image, &policies, id)));
             } else {
-                records.extend(
-                    election::move_off_broker(&image, id)
-                        .into_iter()
-                        .map(MetadataRecord::PartitionChange),
+                tracing::info!(
+                    broker = id,
+                    previous_epoch = req.previous_broker_epoch,
+                    last_epoch = existing.epoch,
+                    "broker restarted without a clean shutdown: it leaves every ISR and ELR until it catches up"
                 );
+                records.extend(changes(election::remove_unclean_restart(
+                    &image, &policies, id,
+                )));
             }
         }
         let epoch = image.next_broker_epoch();
@@ -164,23 +184,28 @@ impl Controller {
                     log_dirs: Vec::new(),
                 },
             ));
-            records.extend(
-                election::move_off_broker(&image, id)
-                    .into_iter()
-                    .map(MetadataRecord::PartitionChange),
-            );
+            records.extend(changes(election::move_off_broker(
+                &image,
+                &self.policies(&image),
+                id,
+            )));
         } else if req.want_fence && !broker.fenced {
-            records.extend(fence_records(&image, id, broker.epoch));
+            records.extend(fence_records(
+                &image,
+                &self.policies(&image),
+                id,
+                broker.epoch,
+            ));
         } else if broker.fenced && caught_up && !req.want_fence && !req.want_shut_down {
             records.push(MetadataRecord::UnfenceBroker(UnfenceBrokerRecord {
                 id,
                 epoch: broker.epoch,
             }));
-            records.extend(
-                election::elect_offline_with(&image, id)
-                    .into_iter()
-                    .map(MetadataRecord::PartitionChange),
-            );
+            records.extend(changes(election::elect_offline_with(
+                &image,
+                &self.policies(&image),
+                id,
+            )));
         }
         let mut error_code = NONE;
         if !records.is_empty() {
@@ -200,8 +225,9 @@ impl Controller {
             .with_should_shut_down(should_shut_down)
     }
 
-    /// Fences every unfenced broker whose lease has lapsed, moving its leaderships. Call it periodically (every
-    /// few hundred ms; Kafka checks on a timer) with the current time.
+    /// Fences every unfenced broker whose lease has lapsed, moving its leaderships; elects uncleanly where a
+    /// topic allows it and a partition is offline; and, when due, rebalances leaders to preferred replicas. Call
+    /// it periodically (every few hundred ms; Kafka checks on a timer) with the current time.
     pub async fn tick(&self, now: Instant) -> Result<(), WriteError> {
         let mut state = self.state.lock().await;
         let image = self.writer.image();
@@ -216,9 +242,15 @@ impl Controller {
             // Each fencing decides against the image that includes the previous one.
             let image = self.writer.image();
             tracing::info!(broker = id, "fencing broker: its session lease lapsed");
-            self.writer.write(fence_records(&image, id, epoch)).await?;
+            let records = fence_records(&image, &self.policies(&image), id, epoch);
+            self.writer.write(records).await?;
         }
-        Ok(())
+        let image = self.writer.image();
+        let unclean = election::elect_unclean_offline(&image, &self.policies(&image));
+        if !unclean.is_empty() {
+            self.writer.write(changes(unclean).collect()).await?;
+        }
+        self.maybe_rebalance(&mut state, now).await
     }
 
     /// A newly active controller gives every registered broker a fresh lease, as Kafka does: it cannot know
@@ -226,6 +258,7 @@ impl Controller {
     pub async fn on_become_active(&self, now: Instant) {
         let mut state = self.state.lock().await;
         state.leases.clear();
+        state.next_imbalance_check = None;
         let image = self.writer.image();
         self.grant_missing_leases(&mut state, &image, now);
     }

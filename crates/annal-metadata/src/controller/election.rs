@@ -1,89 +1,238 @@
-//! Leader election and ISR changes, as pure functions of the image: which `PartitionChangeRecord`s move
-//! partitions off a broker that is being fenced or shut down, and which bring offline partitions back.
-//!
-//! Rules (Kafka's, without unclean election): a leader is chosen from the ISR, in replica (preference) order,
-//! among brokers that are live and not shutting down; if there is none the partition goes offline (leader -1)
-//! and its ISR keeps its last member, so the replica that has every committed record is the one that is
-//! elected when it comes back. The image bumps leader and partition epochs on every change it applies.
+//! Leader election and ISR/ELR changes caused by broker transitions, as pure functions of the image (Kafka's
+//! `ReplicationControlManager.generateLeaderAndIsrUpdates`); the per-partition rules are in
+//! [`super::partition_change`]. docs/decisions/0010-controller-elections.md has the rules in prose.
 
-use std::collections::BTreeSet;
+use crate::image::{MetadataImage, PartitionState, TopicImage};
+use crate::records::{ConfigResourceType, PartitionChangeRecord, NO_LEADER};
 
-use crate::image::{MetadataImage, PartitionState};
-use crate::records::{PartitionChangeRecord, NO_LEADER};
+use super::partition_change::{Decision, Election, PartitionChange};
+use super::ControllerConfig;
+use crate::image::ConfigResource;
 
-/// The first replica, in preference order, that is in the ISR and acceptable; `None` if none is.
-pub fn elect_leader(
-    partition: &PartitionState,
-    isr: &[i32],
-    acceptable: impl Fn(i32) -> bool,
-) -> Option<i32> {
-    partition
-        .replicas
-        .iter()
-        .copied()
-        .find(|r| isr.contains(r) && acceptable(*r))
+/// The election settings of one topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicPolicy {
+    /// Effective `min.insync.replicas`, capped at the replication factor as Kafka caps it.
+    pub min_isr: usize,
+    /// `unclean.leader.election.enable`.
+    pub unclean: bool,
 }
 
-/// Brokers that may lead or join an ISR once `leaving` is gone: usable in `image`, minus `leaving`.
-fn acceptable_without(image: &MetadataImage, leaving: i32) -> BTreeSet<i32> {
-    image
-        .usable_brokers()
-        .map(|b| b.id)
-        .filter(|id| *id != leaving)
-        .collect()
+/// Reads topic policies: the topic's config, else the cluster-wide broker default (`""`), else the
+/// controller's static config.
+pub struct Policies<'a> {
+    image: &'a MetadataImage,
+    min_isr_default: i32,
+    unclean_default: bool,
 }
 
-/// Changes that take `broker` out of every ISR it can leave (all but those where it is the last member) and
-/// move its leaderships to other acceptable ISR members, or offline when there is none.
-pub fn move_off_broker(image: &MetadataImage, broker: i32) -> Vec<PartitionChangeRecord> {
-    let acceptable = acceptable_without(image, broker);
+impl<'a> Policies<'a> {
+    pub fn new(image: &'a MetadataImage, config: &ControllerConfig) -> Self {
+        Policies {
+            image,
+            min_isr_default: config.min_insync_replicas,
+            unclean_default: config.unclean_leader_election_enable,
+        }
+    }
+
+    fn config(&self, topic: &str, name: &str) -> Option<&'a str> {
+        let lookup = |resource_type, resource_name: &str| {
+            self.image
+                .configs
+                .get(&ConfigResource {
+                    resource_type,
+                    name: resource_name.to_string(),
+                })
+                .and_then(|c| c.get(name))
+                .map(String::as_str)
+        };
+        lookup(ConfigResourceType::Topic, topic).or_else(|| lookup(ConfigResourceType::Broker, ""))
+    }
+
+    pub fn topic(&self, topic: &TopicImage) -> TopicPolicy {
+        let min_isr = self
+            .config(&topic.name, "min.insync.replicas")
+            .and_then(|v| v.trim().parse::<i32>().ok())
+            .unwrap_or(self.min_isr_default)
+            .max(1);
+        let rf = topic
+            .partitions
+            .values()
+            .next()
+            .map_or(1, |p| p.replicas.len());
+        let unclean = self
+            .config(&topic.name, "unclean.leader.election.enable")
+            .map(|v| v.trim().eq_ignore_ascii_case("true"))
+            .unwrap_or(self.unclean_default);
+        TopicPolicy {
+            min_isr: (min_isr as usize).min(rf),
+            unclean,
+        }
+    }
+}
+
+/// Which broker transition the changes are for (Kafka's brokerToRemove / brokerToAdd / brokerWithUncleanShutdown).
+#[derive(Debug, Clone, Copy, Default)]
+struct Transition {
+    /// Fenced or entering controlled shutdown: leaves every ISR and every leadership.
+    remove: Option<i32>,
+    /// Being unfenced: may lead although the image still shows it fenced.
+    add: Option<i32>,
+    /// Restarted without a clean shutdown: leaves the ISR and the ELR.
+    unclean_shutdown: Option<i32>,
+}
+
+/// Logs an election that may have lost acknowledged records, naming the partition and the new leader.
+fn log_unclean(topic: &str, partition: i32, d: &Decision) {
+    if d.unclean {
+        tracing::warn!(
+            topic,
+            partition,
+            leader = d.record.leader,
+            "unclean leader election: {topic}-{partition} is now led by broker {}, which was not in the ISR or \
+             ELR; records only the old ISR had may be lost",
+            d.record.leader
+        );
+    }
+}
+
+/// The changes for `transition` on every partition `select` picks.
+fn updates(
+    image: &MetadataImage,
+    policies: &Policies<'_>,
+    transition: Transition,
+    select: impl Fn(&PartitionState) -> bool,
+) -> Vec<PartitionChangeRecord> {
+    // The broker being unfenced may lead although the image still shows it fenced, unless it is shutting down.
+    let acceptable = |r: i32| {
+        let usable = image.broker(r).is_some_and(|b| {
+            b.is_usable() || (Some(r) == transition.add && !b.in_controlled_shutdown)
+        });
+        Some(r) != transition.remove && Some(r) != transition.unclean_shutdown && usable
+    };
     let mut changes = Vec::new();
     for topic in image.topics.values() {
+        let policy = policies.topic(topic);
         for (index, p) in &topic.partitions {
-            if p.leader != broker && !p.isr.contains(&broker) {
+            if !select(p) {
                 continue;
             }
-            let mut isr: Vec<i32> = p.isr.iter().copied().filter(|r| *r != broker).collect();
-            if isr.is_empty() {
-                // No unclean election: the last in-sync replica stays in the ISR, so it is the one elected when
-                // it returns.
-                isr = p.isr.clone();
+            let leaving = [transition.remove, transition.unclean_shutdown];
+            let isr: Vec<i32> = p
+                .isr
+                .iter()
+                .copied()
+                .filter(|r| !leaving.contains(&Some(*r)))
+                .collect();
+            let mut change = PartitionChange::new(p, topic.id, *index, &acceptable, policy.min_isr)
+                .target_isr(isr)
+                .election(if policy.unclean {
+                    Election::Unclean
+                } else {
+                    Election::Online
+                });
+            if let Some(b) = transition.unclean_shutdown {
+                change = change.unclean_shutdown(b);
             }
-            let mut change = PartitionChangeRecord::new(topic.id, *index);
-            if p.leader == broker {
-                let leader =
-                    elect_leader(p, &isr, |r| acceptable.contains(&r)).unwrap_or(NO_LEADER);
-                change.leader = leader;
-            } else if p.leader != NO_LEADER && !isr.contains(&p.leader) {
-                unreachable!("a leader stays in the ISR when another member leaves");
-            }
-            if isr != p.isr {
-                change.isr = Some(isr);
-            }
-            if change.isr.is_some() || change.leader != crate::records::LEADER_UNCHANGED {
-                changes.push(change);
+            if let Some(d) = change.build() {
+                log_unclean(&topic.name, *index, &d);
+                changes.push(d.record);
             }
         }
     }
     changes
 }
 
-/// Changes that elect a leader for every offline partition whose ISR contains `broker`, once `broker` is usable.
-pub fn elect_offline_with(image: &MetadataImage, broker: i32) -> Vec<PartitionChangeRecord> {
-    let mut acceptable: BTreeSet<i32> = image.usable_brokers().map(|b| b.id).collect();
-    acceptable.insert(broker);
+/// `broker` is fenced or shutting down: it leaves every ISR (into the ELR while the ISR is below min ISR) and
+/// its leaderships move to the first acceptable replica in the ISR (then ELR), or the partition goes offline.
+pub fn move_off_broker(
+    image: &MetadataImage,
+    policies: &Policies<'_>,
+    broker: i32,
+) -> Vec<PartitionChangeRecord> {
+    let transition = Transition {
+        remove: Some(broker),
+        ..Transition::default()
+    };
+    updates(image, policies, transition, |p| {
+        p.leader == broker || p.isr.contains(&broker)
+    })
+}
+
+/// `broker` registered a new incarnation without proof of a clean shutdown (KIP-966): its log may have lost
+/// records, so it leaves the ISR and the ELR as well as its leaderships. It rejoins the ISR through
+/// AlterPartition once it caught up, at its new broker epoch (KIP-903).
+pub fn remove_unclean_restart(
+    image: &MetadataImage,
+    policies: &Policies<'_>,
+    broker: i32,
+) -> Vec<PartitionChangeRecord> {
+    let transition = Transition {
+        remove: Some(broker),
+        unclean_shutdown: Some(broker),
+        ..Transition::default()
+    };
+    updates(image, policies, transition, |p| {
+        p.leader == broker || p.isr.contains(&broker) || p.elr.contains(&broker)
+    })
+}
+
+/// `broker` is being unfenced: elect leaders for offline partitions it (or another live replica) may lead.
+pub fn elect_offline_with(
+    image: &MetadataImage,
+    policies: &Policies<'_>,
+    broker: i32,
+) -> Vec<PartitionChangeRecord> {
+    let transition = Transition {
+        add: Some(broker),
+        ..Transition::default()
+    };
+    updates(image, policies, transition, |p| p.leader == NO_LEADER)
+}
+
+/// Offline partitions of topics with unclean election enabled get any live replica (run on the controller's
+/// tick, as Kafka's `maybeElectUncleanLeaders`, so turning the config on takes effect).
+pub fn elect_unclean_offline(
+    image: &MetadataImage,
+    policies: &Policies<'_>,
+) -> Vec<PartitionChangeRecord> {
     let mut changes = Vec::new();
+    let acceptable = |r: i32| image.broker(r).is_some_and(|b| b.is_usable());
     for topic in image.topics.values() {
+        let policy = policies.topic(topic);
+        if !policy.unclean {
+            continue;
+        }
         for (index, p) in &topic.partitions {
-            if p.leader != NO_LEADER || !p.isr.contains(&broker) {
+            if p.leader != NO_LEADER {
                 continue;
             }
-            if let Some(leader) = elect_leader(p, &p.isr, |r| acceptable.contains(&r)) {
-                let mut change = PartitionChangeRecord::new(topic.id, *index);
-                change.leader = leader;
-                changes.push(change);
+            if let Some(d) = PartitionChange::new(p, topic.id, *index, &acceptable, policy.min_isr)
+                .election(Election::Unclean)
+                .build()
+            {
+                log_unclean(&topic.name, *index, &d);
+                changes.push(d.record);
             }
         }
     }
     changes
+}
+
+/// One partition's election among usable brokers (ElectLeaders, auto rebalance); `None` if nothing changes.
+pub fn elect_one(
+    image: &MetadataImage,
+    policies: &Policies<'_>,
+    topic: &TopicImage,
+    index: i32,
+    election: Election,
+) -> Option<PartitionChangeRecord> {
+    let p = topic.partitions.get(&index)?;
+    let policy = policies.topic(topic);
+    let acceptable = |r: i32| image.broker(r).is_some_and(|b| b.is_usable());
+    let d = PartitionChange::new(p, topic.id, index, &acceptable, policy.min_isr)
+        .election(election)
+        .build()?;
+    log_unclean(&topic.name, index, &d);
+    Some(d.record)
 }

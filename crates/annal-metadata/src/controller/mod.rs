@@ -12,10 +12,14 @@
 mod alter_partition;
 mod brokers;
 mod configs;
+mod elect_leaders;
 mod election;
 pub mod errors;
 mod import;
+mod partition_change;
 mod placement;
+mod reassignments;
+mod rebalance;
 #[cfg(test)]
 mod restart_tests;
 mod topics;
@@ -32,9 +36,10 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{
-    AllocateProducerIdsRequest, AlterConfigsRequest, AlterPartitionRequest, BrokerHeartbeatRequest,
-    BrokerRegistrationRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
-    IncrementalAlterConfigsRequest,
+    AllocateProducerIdsRequest, AlterConfigsRequest, AlterPartitionReassignmentsRequest,
+    AlterPartitionRequest, BrokerHeartbeatRequest, BrokerRegistrationRequest,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, ElectLeadersRequest,
+    IncrementalAlterConfigsRequest, ListPartitionReassignmentsRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, Message};
 use rand::rngs::StdRng;
@@ -111,6 +116,18 @@ pub struct ControllerConfig {
     /// node (one node id cannot run twice: it is one voter address), so a restart re-registers at once instead
     /// of waiting out the old lease.
     pub local_node_id: Option<i32>,
+    /// min.insync.replicas, for topics (and the cluster default) that do not set it: below it the ISR's
+    /// departing members become eligible leader replicas (KIP-966).
+    pub min_insync_replicas: i32,
+    /// unclean.leader.election.enable, for topics (and the cluster default) that do not set it.
+    pub unclean_leader_election_enable: bool,
+    /// auto.leader.rebalance.enable: the tick moves leaderships back to preferred replicas.
+    pub auto_leader_rebalance_enable: bool,
+    /// leader.imbalance.check.interval.seconds.
+    pub leader_imbalance_check_interval: Duration,
+    /// leader.imbalance.per.broker.percentage: a broker's share of partitions it prefers but does not lead above
+    /// which the rebalance moves them back.
+    pub leader_imbalance_per_broker_percentage: u32,
 }
 
 impl Default for ControllerConfig {
@@ -125,6 +142,11 @@ impl Default for ControllerConfig {
             broker_config_validator: configs::default_broker_config_validator,
             seed: 0,
             local_node_id: None,
+            min_insync_replicas: 1,
+            unclean_leader_election_enable: false,
+            auto_leader_rebalance_enable: true,
+            leader_imbalance_check_interval: Duration::from_secs(300),
+            leader_imbalance_per_broker_percentage: 10,
         }
     }
 }
@@ -143,6 +165,8 @@ struct Lease {
 struct State {
     leases: HashMap<i32, Lease>,
     rng: StdRng,
+    /// When the tick next checks leader imbalance (set on the first tick of an active term).
+    next_imbalance_check: Option<Instant>,
 }
 
 /// Why [`Controller::handle`] could not answer at all (the broker answers the client with an error of its own).
@@ -177,6 +201,7 @@ impl Controller {
             state: tokio::sync::Mutex::new(State {
                 leases: HashMap::new(),
                 rng,
+                next_imbalance_check: None,
             }),
         }
     }
@@ -188,6 +213,11 @@ impl Controller {
     /// The latest committed image.
     pub fn image(&self) -> Arc<MetadataImage> {
         self.writer.image()
+    }
+
+    /// Topic election policies against `image`.
+    fn policies<'a>(&self, image: &'a MetadataImage) -> election::Policies<'a> {
+        election::Policies::new(image, &self.config)
     }
 
     /// Decodes a controller request (api key, version, body), runs it and encodes the response body.
@@ -217,6 +247,11 @@ impl Controller {
             67 => run!(AllocateProducerIdsRequest, |r| self
                 .allocate_producer_ids(r)),
             56 => run!(AlterPartitionRequest, |r| self.alter_partition(r)),
+            43 => run!(ElectLeadersRequest, |r| self.elect_leaders(r)),
+            45 => run!(AlterPartitionReassignmentsRequest, |r| self
+                .alter_partition_reassignments(r)),
+            46 => run!(ListPartitionReassignmentsRequest, |r| self
+                .list_partition_reassignments(r)),
             other => Err(HandleError::UnsupportedApi(other)),
         }
     }
@@ -233,6 +268,9 @@ pub fn supported_apis() -> Vec<(i16, i16, i16)> {
         range::<DeleteTopicsRequest>(20),
         range::<AlterConfigsRequest>(33),
         range::<CreatePartitionsRequest>(37),
+        range::<ElectLeadersRequest>(43),
+        range::<AlterPartitionReassignmentsRequest>(45),
+        range::<ListPartitionReassignmentsRequest>(46),
         range::<IncrementalAlterConfigsRequest>(44),
         range::<AlterPartitionRequest>(56),
         range::<BrokerRegistrationRequest>(62),

@@ -136,12 +136,73 @@ impl Harness {
             for (i, p) in &t.partitions {
                 let mut c = PartitionChangeRecord::new(t.id, *i);
                 c.isr = Some(p.replicas.clone());
+                if !p.elr.is_empty() {
+                    c.eligible_leader_replicas = Some(vec![]);
+                }
                 records.push(MetadataRecord::PartitionChange(c));
             }
         }
         if !records.is_empty() {
             self.writer.write(records).await.unwrap();
         }
+    }
+
+    /// AlterPartition from the partition's current leader, at its current epochs and the members' broker epochs.
+    async fn alter_isr(&self, topic: &str, i: i32, isr: &[i32], recovery: i8) -> i16 {
+        use kafka_protocol::messages::alter_partition_request::{
+            BrokerState, PartitionData, TopicData,
+        };
+        let p = self.partition(topic, i);
+        let topic_id = self.image().topic_by_name(topic).unwrap().id;
+        let req = AlterPartitionRequest::default()
+            .with_broker_id(BrokerId(p.leader))
+            .with_broker_epoch(self.epochs[p.leader as usize])
+            .with_topics(vec![TopicData::default()
+                .with_topic_id(topic_id)
+                .with_partitions(vec![PartitionData::default()
+                    .with_partition_index(i)
+                    .with_leader_epoch(p.leader_epoch)
+                    .with_partition_epoch(p.partition_epoch)
+                    .with_leader_recovery_state(recovery)
+                    .with_new_isr_with_epochs(
+                        isr.iter()
+                            .map(|b| {
+                                BrokerState::default()
+                                    .with_broker_id(BrokerId(*b))
+                                    .with_broker_epoch(self.epochs[*b as usize])
+                            })
+                            .collect(),
+                    )])]);
+        let resp = self.controller.alter_partition(req).await;
+        resp.topics[0].partitions[0].error_code
+    }
+
+    /// Lets broker `id`'s lease lapse while the others heartbeat, then ticks: `id` is fenced. Advances `now`.
+    async fn silence(&mut self, id: i32) {
+        self.now += Duration::from_secs(5);
+        for b in 0..self.epochs.len() as i32 {
+            if b != id && self.epochs[b as usize] >= 0 && !self.image().broker(b).unwrap().fenced {
+                self.beat(b).await;
+            }
+        }
+        self.now += Duration::from_secs(5);
+        for b in 0..self.epochs.len() as i32 {
+            if b != id && self.epochs[b as usize] >= 0 && !self.image().broker(b).unwrap().fenced {
+                self.beat(b).await;
+            }
+        }
+        self.controller.tick(self.now).await.unwrap();
+        assert!(self.image().broker(id).unwrap().fenced);
+    }
+
+    /// Broker `id` restarts as a new process (`previous_epoch`: -1 unclean, its last epoch clean), catches up
+    /// and is unfenced.
+    async fn restart(&mut self, id: i32, incarnation: u128, previous_epoch: i64) {
+        let req = registration(id, incarnation, None).with_previous_broker_epoch(previous_epoch);
+        let resp = self.controller.register_broker(req, self.now).await;
+        assert_eq!(resp.error_code, NONE);
+        self.epochs[id as usize] = resp.broker_epoch;
+        assert!(!self.beat(id).await.is_fenced);
     }
 
     fn partition(&self, topic: &str, i: i32) -> crate::image::PartitionState {
@@ -280,38 +341,40 @@ async fn a_lapsed_lease_fences_the_broker_and_moves_its_leaderships() {
 }
 
 #[tokio::test]
-async fn the_last_isr_member_fenced_leaves_the_partition_offline_until_it_returns() {
-    let h = Harness::with_brokers(2, &[]).await;
+async fn the_last_isr_member_fenced_moves_to_the_elr_and_is_elected_when_it_returns() {
+    let mut h = Harness::with_brokers(2, &[]).await;
     assert_eq!(h.create_assigned("t", &[&[0, 1]]).await.error_code, NONE);
-    // Interim rule: the ISR is the leader alone.
-    assert_eq!(h.partition("t", 0).isr, vec![0]);
-    h.controller
-        .broker_heartbeat(
-            heartbeat(1, h.epochs[1], h.offset()),
-            h.now + Duration::from_secs(6),
-        )
-        .await;
-    h.controller
-        .tick(h.now + Duration::from_secs(10))
-        .await
-        .unwrap();
+    assert_eq!(
+        h.partition("t", 0).isr,
+        vec![0, 1],
+        "every replica starts in sync"
+    );
+    // Broker 1 fell behind: the leader shrinks the ISR.
+    assert_eq!(h.alter_isr("t", 0, &[0], 0).await, NONE);
+    h.silence(0).await;
     let offline = h.partition("t", 0);
     assert_eq!(offline.leader, NO_LEADER, "no unclean election of broker 1");
-    assert_eq!(offline.isr, vec![0], "the ISR keeps its last member");
+    assert!(offline.isr.is_empty());
+    assert_eq!(
+        offline.elr,
+        vec![0],
+        "the last in-sync replica stays eligible"
+    );
+    assert_eq!(
+        offline.last_known_elr,
+        vec![0],
+        "and is remembered as the last leader"
+    );
     assert_eq!(offline.leader_epoch, 1);
     assert_eq!(h.image().offline_partitions().len(), 1);
 
-    // Broker 0 comes back (a heartbeat after catching up): unfenced, and elected.
-    let back = h
-        .controller
-        .broker_heartbeat(
-            heartbeat(0, h.epochs[0], h.offset()),
-            h.now + Duration::from_secs(11),
-        )
-        .await;
-    assert!(!back.is_fenced);
+    // Broker 0 comes back (a heartbeat after catching up): unfenced, and elected from the ELR.
+    assert!(!h.beat(0).await.is_fenced);
     let online = h.partition("t", 0);
     assert_eq!((online.leader, online.leader_epoch), (0, 2));
+    assert_eq!(online.isr, vec![0]);
+    assert!(online.elr.is_empty() && online.last_known_elr.is_empty());
+    assert_eq!(online.leader_recovery_state, 0, "a clean election");
     assert!(online.partition_epoch > offline.partition_epoch);
 }
 
@@ -364,7 +427,10 @@ async fn placement_balances_leaders_and_replicas_and_checks_the_replication_fact
     }
     for i in 0..6 {
         let p = h.partition("t", i);
-        assert_eq!(p.isr, vec![p.leader], "interim rule: ISR = leader");
+        assert_eq!(
+            p.isr, p.replicas,
+            "Kafka's rule: every replica starts in sync"
+        );
         assert_eq!(p.leader, p.replicas[0]);
     }
 
@@ -721,6 +787,9 @@ async fn alter_partition_expands_the_isr_under_kafkas_rules() {
         ),
         INVALID_REQUEST
     );
+    assert_eq!(h.alter_isr("t", 0, &[0], 0).await, NONE, "a shrink");
+    let p = h.partition("t", 0);
+    assert_eq!(p.isr, vec![0]);
     let ok = h
         .controller
         .alter_partition(ask(0, &[0, 1, 2], p.leader_epoch, p.partition_epoch))
@@ -758,6 +827,7 @@ async fn alter_partition_expands_the_isr_under_kafkas_rules() {
 async fn random_operations_keep_every_invariant() {
     use rand::{Rng, SeedableRng};
     let (mut partitions_seen, mut leader_changes, mut fenced_seen) = (0, 0, 0);
+    let (mut elr_seen, mut empty_isr_seen) = (0, 0);
     for seed in 0..40u64 {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let mut h = Harness::empty();
@@ -774,7 +844,10 @@ async fn random_operations_keep_every_invariant() {
             match rng.gen_range(0..10) {
                 0 => {
                     incarnations[id] += 1;
-                    let req = registration(id as i32, incarnations[id] + 1000 * id as u128, None);
+                    // Half the restarts are clean (they show their last epoch), half like kill -9.
+                    let previous = if rng.gen_bool(0.5) { h.epochs[id] } else { -1 };
+                    let req = registration(id as i32, incarnations[id] + 1000 * id as u128, None)
+                        .with_previous_broker_epoch(previous);
                     let resp = h.controller.register_broker(req, now).await;
                     assert!(
                         resp.error_code == NONE || resp.error_code == DUPLICATE_BROKER_REGISTRATION
@@ -794,9 +867,16 @@ async fn random_operations_keep_every_invariant() {
                 3 | 4 => {
                     topics += 1;
                     let rf = rng.gen_range(1..=3);
-                    let r = h
-                        .create(&format!("t{topics}"), rng.gen_range(1..5), rf)
-                        .await;
+                    let min_isr = rng.gen_range(1..=3).to_string();
+                    let req =
+                        CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
+                            .with_name(TopicName(s(&format!("t{topics}"))))
+                            .with_num_partitions(rng.gen_range(1..5))
+                            .with_replication_factor(rf)
+                            .with_configs(vec![CreatableTopicConfig::default()
+                                .with_name(s("min.insync.replicas"))
+                                .with_value(Some(s(&min_isr)))])]);
+                    let r = h.controller.create_topics(req).await.topics.remove(0);
                     assert!(
                         [NONE, INVALID_REPLICATION_FACTOR].contains(&r.error_code),
                         "{:?}",
@@ -804,6 +884,34 @@ async fn random_operations_keep_every_invariant() {
                     );
                 }
                 5 => h.expand_isrs().await,
+                6 => {
+                    // A leader shrinks an ISR to itself (its followers fell behind).
+                    let image = h.image();
+                    let led: Vec<(String, i32)> = image
+                        .topics
+                        .values()
+                        .flat_map(|t| {
+                            t.partitions
+                                .iter()
+                                .filter(|(_, p)| p.leader >= 0 && p.leader_recovery_state == 0)
+                                .map(|(i, _)| (t.name.clone(), *i))
+                                .collect::<Vec<_>>()
+                        })
+                        .collect();
+                    if !led.is_empty() {
+                        let (t, i) = &led[rng.gen_range(0..led.len())];
+                        let leader = h.partition(t, *i).leader;
+                        let before = h.partition(t, *i);
+                        let broker = h.image().broker(leader).cloned();
+                        let code = h.alter_isr(t, *i, &[leader], 0).await;
+                        assert_eq!(
+                            code,
+                            NONE,
+                            "seed {seed}: shrink {t}-{i} {before:?} {broker:?} -> {:?}",
+                            h.partition(t, *i)
+                        );
+                    }
+                }
                 _ => {
                     for (b, is_silent) in silent.iter().enumerate() {
                         if !is_silent && h.epochs[b] >= 0 {
@@ -836,6 +944,9 @@ async fn random_operations_keep_every_invariant() {
                     partitions_seen += 1;
                     leader_changes += usize::from(p.leader_epoch > last);
                     assert!(p.isr.iter().all(|r| p.replicas.contains(r)));
+                    assert!(p.elr.iter().all(|r| !p.isr.contains(r)));
+                    elr_seen += usize::from(!p.elr.is_empty());
+                    empty_isr_seen += usize::from(p.isr.is_empty());
                 }
             }
             fenced_seen += image.brokers.values().filter(|b| b.fenced).count();
@@ -843,7 +954,14 @@ async fn random_operations_keep_every_invariant() {
     }
     // The walk must reach the interesting states, or it proves nothing.
     assert!(
-        partitions_seen > 1000 && leader_changes > 20 && fenced_seen > 100,
-        "{partitions_seen} {leader_changes} {fenced_seen}"
+        partitions_seen > 1000
+            && leader_changes > 20
+            && fenced_seen > 100
+            && elr_seen > 50
+            && empty_isr_seen > 10,
+        "{partitions_seen} {leader_changes} {fenced_seen} {elr_seen} {empty_isr_seen}"
     );
 }
+
+#[path = "election_tests.rs"]
+mod election_tests;

@@ -25,13 +25,11 @@ use crate::records::{
 /// Most partitions one topic may have (bounds the records one request can produce).
 pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
 
-/// The ISR a new partition starts with.
-///
-/// Interim rule until followers replicate (issue 10): only the leader is in sync. Replicas that do not yet fetch
-/// hold none of the partition's records, so counting them in sync would let acks=all "commit" what one broker
-/// holds. They join the ISR through AlterPartition once replication exists; then this returns `replicas`.
-pub fn initial_isr(leader: i32, _replicas: &[i32]) -> Vec<i32> {
-    vec![leader]
+/// The ISR a new partition starts with: every replica that is active (unfenced, not shutting down), as Kafka
+/// does. A new partition has no records, so every replica holds all of them; a follower that then does not keep
+/// up is shrunk out of the ISR by its leader (AlterPartition) after `replica.lag.time.max.ms`.
+pub fn initial_isr(replicas: &[i32], active: impl Fn(i32) -> bool) -> Vec<i32> {
+    replicas.iter().copied().filter(|r| active(*r)).collect()
 }
 
 /// Why a topic name is not legal in Kafka, or `None` if it is.
@@ -83,7 +81,7 @@ fn partition_records(
                 partition_id: first + i as i32,
                 topic_id,
                 replicas: replicas.clone(),
-                isr: initial_isr(leader, replicas),
+                isr: initial_isr(replicas, |r| image.broker(r).is_some_and(|b| b.is_usable())),
                 removing_replicas: vec![],
                 adding_replicas: vec![],
                 leader,

@@ -77,6 +77,58 @@ fn partition_change_record_v0() {
     );
 }
 
+/// KIP-966 fields: the partition leaves its last ISR member in the ELR and remembers its last leader.
+#[test]
+fn partition_change_record_v2_with_elr() {
+    let mut change = PartitionChangeRecord::new(topic_id(), 3);
+    change.isr = Some(vec![]);
+    change.leader = NO_LEADER;
+    change.eligible_leader_replicas = Some(vec![1, 2]);
+    change.last_known_elr = Some(vec![1]);
+    check(
+        "010502000000030123456789abcdef1122334455667788040001010104ffffffff060903000000010000000207050200000001",
+        MetadataRecord::PartitionChange(change),
+    );
+}
+
+/// An unclean election: ISR = the new leader, RECOVERING, ELR and LastKnownElr cleared (empty, not null).
+#[test]
+fn partition_change_record_v2_unclean_election() {
+    let mut change = PartitionChangeRecord::new(topic_id(), 3);
+    change.isr = Some(vec![3]);
+    change.leader = 3;
+    change.leader_recovery_state = 1;
+    change.eligible_leader_replicas = Some(vec![]);
+    change.last_known_elr = Some(vec![]);
+    check(
+        "010502000000030123456789abcdef11223344556677880500050200000003010400000003050101060101070101",
+        MetadataRecord::PartitionChange(change),
+    );
+}
+
+#[test]
+fn partition_record_v2_with_elr() {
+    check(
+        "010302000000030123456789abcdef112233445566778804000000010000000200000003010101ffffffff0000000400000007010201\
+         05020000000202050200000001",
+        MetadataRecord::Partition(PartitionRecord {
+            partition_id: 3,
+            topic_id: topic_id(),
+            replicas: vec![1, 2, 3],
+            isr: vec![],
+            removing_replicas: vec![],
+            adding_replicas: vec![],
+            leader: NO_LEADER,
+            leader_recovery_state: 0,
+            leader_epoch: 4,
+            partition_epoch: 7,
+            directories: vec![],
+            eligible_leader_replicas: Some(vec![2]),
+            last_known_elr: Some(vec![1]),
+        }),
+    );
+}
+
 #[test]
 fn broker_registration_change_record_v2() {
     check(
