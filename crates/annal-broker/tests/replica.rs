@@ -124,7 +124,7 @@ async fn current_leader_epoch_is_checked_and_leadership_changes_apply() {
         .replica_manager()
         .partition("fence", 0)
         .expect("partition");
-    assert!(part.make_leader(3, vec![me], vec![me]));
+    assert!(part.make_leader(3, 0, vec![me], vec![me]));
     assert_eq!(metadata_epoch(&mut c, "fence").await, (me, 3));
     assert_eq!(
         fetch_with_epoch(&mut c, "fence", 2).await.0,
@@ -172,7 +172,7 @@ async fn current_leader_epoch_is_checked_and_leadership_changes_apply() {
     }
 
     // Becoming a follower of another broker: produce and client fetches go to the leader.
-    assert!(part.make_follower(me + 1, 4, vec![me, me + 1], vec![me + 1]));
+    assert!(part.make_follower(me + 1, 4, 0, vec![me, me + 1], vec![me + 1]));
     assert_eq!(
         produce(&mut c, "fence", 0, batch(&["c"], 1_700_000_000_000), 1, 9)
             .await
@@ -185,7 +185,7 @@ async fn current_leader_epoch_is_checked_and_leadership_changes_apply() {
     );
     assert_eq!(metadata_epoch(&mut c, "fence").await, (me + 1, 4));
     // A stale leader change (epoch 3 < 4) is ignored.
-    assert!(!part.make_leader(3, vec![me], vec![me]));
+    assert!(!part.make_leader(3, 0, vec![me], vec![me]));
     assert!(!part.is_leader());
 
     drop(part);
@@ -213,7 +213,7 @@ async fn acks_all_needs_min_insync_replicas_in_the_isr() {
     // Two in-sync replicas (as replication will report): acks=all is met.
     let me = broker.config().node_id;
     let part = broker.replica_manager().partition("isr", 0).unwrap();
-    part.make_leader(1, vec![me, me + 1], vec![me, me + 1]);
+    part.make_leader(1, 0, vec![me, me + 1], vec![me, me + 1]);
     assert_eq!(
         produce(&mut c, "isr", 0, batch(&["b"], 1_700_000_000_000), -1, 9).await,
         (0, 1)
