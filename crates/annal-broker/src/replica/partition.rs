@@ -1185,4 +1185,200 @@ mod tests {
             75
         );
     }
+
+    fn replica(id: i32) -> ReplicaFetch {
+        ReplicaFetch {
+            replica_id: id,
+            broker_epoch: 7,
+            last_fetched_epoch: -1,
+        }
+    }
+
+    fn leader_of_three(dir: &std::path::Path, min_isr: i32) -> Partition {
+        let p = open(
+            dir,
+            PartitionConfig {
+                min_insync_replicas: min_isr,
+                ..Default::default()
+            },
+        );
+        p.make_leader(0, 0, vec![1, 2, 3], vec![1, 2, 3]);
+        p
+    }
+
+    #[test]
+    fn the_high_watermark_is_the_smallest_log_end_in_the_isr_and_never_goes_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = leader_of_three(dir.path(), 1);
+        for _ in 0..3 {
+            p.append_records_to_leader(&mut batch(), 1, 0).unwrap();
+        }
+        assert_eq!(p.high_watermark(), 0, "no follower has fetched");
+        p.read_for_follower(replica(2), 0, 2, 1 << 20, 10).unwrap();
+        assert_eq!(p.high_watermark(), 0, "replica 3 is in the ISR and unknown");
+        p.read_for_follower(replica(3), 0, 1, 1 << 20, 10).unwrap();
+        assert_eq!(p.high_watermark(), 1);
+        p.read_for_follower(replica(3), 0, 3, 1 << 20, 10).unwrap();
+        assert_eq!(p.high_watermark(), 2, "replica 2 is at 2");
+        // A follower re-fetching an older offset (it truncated) does not pull the high watermark back.
+        p.read_for_follower(replica(2), 0, 0, 1 << 20, 10).unwrap();
+        assert_eq!(p.high_watermark(), 2);
+        // Consumers never read past it.
+        let read = p.read(0, 2, 1 << 20).unwrap();
+        assert!(read.records.unwrap().is_none());
+        assert_eq!(read.high_watermark, 2);
+    }
+
+    #[test]
+    fn strict_min_isr_holds_the_high_watermark() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = open(
+            dir.path(),
+            PartitionConfig {
+                min_insync_replicas: 2,
+                ..Default::default()
+            },
+        );
+        p.make_leader(0, 0, vec![1, 2, 3], vec![1]);
+        p.append_records_to_leader(&mut batch(), 1, 0).unwrap();
+        assert_eq!(p.high_watermark(), 0, "ISR [1] < min.insync.replicas=2");
+        p.read_for_follower(replica(2), 0, 1, 1 << 20, 10).unwrap();
+        assert_eq!(
+            p.high_watermark(),
+            0,
+            "a caught-up follower outside the ISR does not count"
+        );
+        p.make_leader(0, 1, vec![1, 2, 3], vec![1, 2]);
+        assert_eq!(
+            p.high_watermark(),
+            1,
+            "the ISR grew to two, who both have offset 0"
+        );
+    }
+
+    #[test]
+    fn the_high_watermark_never_passes_what_is_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = open(
+            dir.path(),
+            PartitionConfig {
+                durable: true,
+                ..Default::default()
+            },
+        );
+        p.make_leader(0, 0, vec![1, 2], vec![1, 2]);
+        let appended = p.append_records_to_leader(&mut batch(), 1, 0).unwrap();
+        p.read_for_follower(replica(2), 0, 1, 1 << 20, 10).unwrap();
+        assert_eq!(
+            p.high_watermark(),
+            0,
+            "the follower has it, the leader has not fsynced it"
+        );
+        futures_wait(appended.durable.unwrap());
+        assert_eq!(p.high_watermark(), 1);
+    }
+
+    fn futures_wait(wait: DurableWait) {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(wait)
+            .unwrap();
+    }
+
+    #[test]
+    fn isr_changes_are_proposed_once_and_pending_members_count_for_the_high_watermark() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = open(dir.path(), PartitionConfig::default());
+        p.make_leader(0, 0, vec![1, 2, 3], vec![1]);
+        p.append_records_to_leader(&mut batch(), 1, 0).unwrap();
+        assert_eq!(p.high_watermark(), 1, "ISR [1], min ISR 1");
+        let epochs = |_id: i32| Some(7i64);
+        assert_eq!(
+            p.propose_isr_change(20, 30_000, epochs),
+            None,
+            "nobody caught up"
+        );
+        p.read_for_follower(replica(2), 0, 1, 1 << 20, 20).unwrap();
+        let change = p.propose_isr_change(20, 30_000, epochs).unwrap();
+        assert_eq!(change.new_isr, vec![(1, 7), (2, 7)]);
+        assert_eq!((change.leader_epoch, change.partition_epoch), (0, 0));
+        assert_eq!(
+            p.propose_isr_change(20, 30_000, epochs),
+            None,
+            "one change in flight"
+        );
+        // While it is pending, replica 2 already holds the high watermark back (maximal ISR).
+        p.append_records_to_leader(&mut batch(), 1, 0).unwrap();
+        assert_eq!(p.high_watermark(), 1);
+        assert_eq!(
+            p.isr(),
+            vec![1],
+            "not acted on before the controller confirms"
+        );
+        p.isr_change_answered(Some((0, 1, vec![1, 2])));
+        assert_eq!(
+            (p.isr(), p.partition_epoch(), p.pending_isr()),
+            (vec![1, 2], 1, None)
+        );
+        // A follower with a stale broker epoch (restarted) does not join (KIP-903).
+        p.read_for_follower(replica(3), 0, 2, 1 << 20, 30).unwrap();
+        assert_eq!(p.propose_isr_change(30, 30_000, |_| Some(8)), None);
+        // Replica 2 stops fetching: after replica.lag.time.max.ms it leaves; 3 (current epoch now) joins.
+        let change = p.propose_isr_change(40_000, 30_000, epochs);
+        assert_eq!(
+            change.unwrap().new_isr,
+            vec![(1, 7)],
+            "3's last catch-up is also too old"
+        );
+    }
+
+    #[test]
+    fn a_follower_appends_learns_epochs_and_truncates_to_the_divergence_point() {
+        let (ld, fd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let leader = open(ld.path(), PartitionConfig::default());
+        leader.make_leader(0, 0, vec![1], vec![1]);
+        leader.append_records_to_leader(&mut batch(), 1, 0).unwrap();
+        leader.make_leader(2, 0, vec![1], vec![1]);
+        leader.append_records_to_leader(&mut batch(), 1, 0).unwrap();
+        leader.append_records_to_leader(&mut batch(), 1, 0).unwrap();
+        let bytes = leader
+            .log
+            .lock()
+            .read(0, 1 << 20, None)
+            .unwrap()
+            .slice
+            .unwrap()
+            .read_to_vec()
+            .unwrap();
+        let log = Log::open(fd.path(), LogConfig::default()).unwrap();
+        let f = Partition::new("t", 0, Uuid::new_v4(), 2, log, PartitionConfig::default());
+        f.make_follower(1, 2, 0, vec![1, 2], vec![1, 2]);
+        assert!(
+            !f.append_as_follower(1, 1, &bytes, 2, 0, 0).unwrap(),
+            "stale epoch: nothing written"
+        );
+        assert!(f.append_as_follower(1, 2, &bytes, 2, 0, 0).unwrap());
+        assert_eq!((f.log_end_offset(), f.high_watermark()), (3, 2));
+        assert_eq!(f.leader_epochs(), vec![(0, 0), (2, 1)]);
+        assert_eq!(f.last_fetched_epoch(), 2);
+        assert_eq!(
+            checkpoints::read_leader_epochs(fd.path()),
+            Some(vec![(0, 0), (2, 1)])
+        );
+        // The new leader never had epoch 2: it says epoch 0 ends at 1; the follower cuts there, below its HW.
+        assert_eq!(f.local_end_offset_for_epoch(0), (0, 1));
+        f.truncate_to(1, None).unwrap();
+        assert_eq!((f.log_end_offset(), f.high_watermark()), (1, 1));
+        assert_eq!(f.leader_epochs(), vec![(0, 0)]);
+        assert_eq!(
+            checkpoints::read_leader_epochs(fd.path()),
+            Some(vec![(0, 0)])
+        );
+        // The epoch cache survives a reopen.
+        drop(f);
+        let log = Log::open(fd.path(), LogConfig::default()).unwrap();
+        let f = Partition::new("t", 0, Uuid::new_v4(), 2, log, PartitionConfig::default());
+        assert_eq!(f.leader_epochs(), vec![(0, 0)]);
+    }
 }
