@@ -41,6 +41,19 @@ def cluster(tmp_path_factory):
     c.close()
 
 
+@pytest.fixture(scope="module")
+def split_cluster(tmp_path_factory):
+    """One controller-only node (1) and three brokers (2, 3, 4): two brokers can die while the quorum lives."""
+    c = Cluster(tmp_path_factory.mktemp("replication-split"), size=4, controllers=1)
+    try:
+        c.start()
+    except BaseException:
+        c.close()
+        raise
+    yield c
+    c.close()
+
+
 @pytest.fixture
 def healthy(cluster):
     cluster.heal()
@@ -108,12 +121,16 @@ def test_acks_all_is_replicated_and_survives_a_leader_kill9(healthy, topic_name)
     producer.flush(10)
 
 
-def test_two_of_three_replicas_down_refuse_acks_all(healthy, topic_name):
-    c = healthy
-    create_topic(c.node(1), topic_name, config={"min.insync.replicas": "2"})
-    view = wait_for_isr(c, topic_name, ALL_IDS)
+def test_two_of_three_replicas_down_refuse_acks_all(split_cluster, topic_name):
+    # With three combined nodes, two down is also the metadata quorum down: no ISR can change, and acks=all just
+    # times out (in Kafka too). Brokers separate from the controller show the refusal itself.
+    c = split_cluster
+    c.heal()
+    brokers = {2, 3, 4}
+    create_topic(c.node(2), topic_name, config={"min.insync.replicas": "2"})
+    view = wait_for_isr(c, topic_name, brokers, via=c.node(2))
     leader = c.node(view["leader"])
-    followers = c.other_nodes(leader)
+    followers = [n for n in c.other_nodes(leader) if n.node_id in brokers]
     for f in followers:
         f.kill()
     wait_for_isr(c, topic_name, {leader.node_id}, via=leader, timeout=FAILOVER_BOUND_S)
@@ -133,3 +150,4 @@ def test_two_of_three_replicas_down_refuse_acks_all(healthy, topic_name):
         assert (low, high) == (0, 0)
     finally:
         consumer.close()
+    c.heal()

@@ -16,7 +16,7 @@ use std::time::Duration;
 use annal_client::{Connection, ConnectionOptions};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
 use kafka_protocol::messages::fetch_response::PartitionData;
-use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
+use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, TopicName};
 use parking_lot::Mutex;
 use tokio::sync::{watch, Notify};
 use uuid::Uuid;
@@ -263,13 +263,22 @@ impl FetcherTask {
                 }
             }
             let c = conn.as_mut().expect("connected above");
-            let request = self.request(&wanted);
+            let version = match c.pick_version(ApiKey::Fetch, FETCH_VERSIONS) {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::error!(leader = self.leader, addr = %self.addr, error = %format!("{e:#}"), "the leader does not speak Fetch v12+; cannot replicate from it");
+                    conn = None;
+                    self.pause(backoff).await;
+                    continue;
+                }
+            };
+            let request = self.request(&wanted, version);
             let sent = tokio::select! {
-                r = c.send(&request, FETCH_VERSIONS) => r,
+                r = c.send_version(&request, version) => r,
                 _ = crate::stopped(&mut self.stop) => return,
             };
             let response = match sent {
-                Ok((r, _)) => r,
+                Ok(r) => r,
                 Err(e) => {
                     tracing::warn!(leader = self.leader, addr = %self.addr, error = %format!("{e:#}"), "replica fetch failed; reconnecting");
                     conn = None;
@@ -343,7 +352,9 @@ impl FetcherTask {
         Connection::connect_with(&self.addr, options).await
     }
 
-    fn request(&self, wanted: &[Followed]) -> FetchRequest {
+    /// The Fetch for `wanted` at `version`: the follower names itself by ReplicaId before v15 and by
+    /// ReplicaState (with its broker epoch) from v15, where ReplicaId must stay unset.
+    fn request(&self, wanted: &[Followed], version: i16) -> FetchRequest {
         let mut topics: Vec<FetchTopic> = Vec::new();
         for f in wanted {
             let p = &f.partition;
@@ -355,22 +366,33 @@ impl FetcherTask {
                 .with_log_start_offset(p.log_start_offset())
                 .with_partition_max_bytes(self.config.fetch_max_bytes);
             match topics.last_mut() {
-                Some(t) if t.topic_id == p.topic_id() => t.partitions.push(part),
+                Some(t) if t.topic_id == p.topic_id() && version >= 13 => t.partitions.push(part),
+                Some(t) if t.topic.0.as_str() == p.topic() && version < 13 => {
+                    t.partitions.push(part)
+                }
+                // Topics are named before v13 and by id from v13 (the other field must stay unset).
+                _ if version >= 13 => topics.push(
+                    FetchTopic::default()
+                        .with_topic_id(p.topic_id())
+                        .with_partitions(vec![part]),
+                ),
                 _ => topics.push(
                     FetchTopic::default()
                         .with_topic(TopicName(p.topic().to_string().into()))
-                        .with_topic_id(p.topic_id())
                         .with_partitions(vec![part]),
                 ),
             }
         }
-        FetchRequest::default()
-            .with_replica_id(BrokerId(self.local_broker_id))
-            .with_replica_state(
+        let request = if version >= 15 {
+            FetchRequest::default().with_replica_state(
                 ReplicaState::default()
                     .with_replica_id(BrokerId(self.local_broker_id))
                     .with_replica_epoch((self.broker_epoch)()),
             )
+        } else {
+            FetchRequest::default().with_replica_id(BrokerId(self.local_broker_id))
+        };
+        request
             .with_max_wait_ms(self.config.fetch_wait_max_ms)
             .with_min_bytes(self.config.fetch_min_bytes)
             .with_max_bytes(self.config.fetch_response_max_bytes)
