@@ -30,8 +30,9 @@ pub use config::BrokerConfig;
 pub use log_manager::{invalid_topic_name, LogManager, Topic};
 pub use replica::{
     durable_sync_count, high_watermark, AppendEntry, FetchParams, FetchPartition,
-    FetchPartitionResult, LeaderAppend, OffsetAndEpoch, OffsetSpec, Partition, PartitionConfig,
-    PartitionError, PartitionRead, ReplicaManager,
+    FetchPartitionResult, FollowerProgress, IsrChange, LeaderAppend, OffsetAndEpoch, OffsetSpec,
+    Partition, PartitionConfig, PartitionError, PartitionRead, ReplicaFetch, ReplicaFetchers,
+    ReplicaManager,
 };
 
 use crate::producer_ids::ProducerIds;
@@ -270,10 +271,15 @@ impl Started {
 
 /// Housekeeping: every second, fsync logs whose `flush.ms` is due; every `log.retention.check.interval.ms`,
 /// apply retention.
+/// Housekeeping ticks (of at most a second) between writes of `replication-offset-checkpoint` (Kafka's
+/// replica.high.watermark.checkpoint.interval.ms is 5 s).
+const HW_CHECKPOINT_TICKS: u64 = 5;
+
 async fn retention_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Receiver<bool>) {
     let retention_every = config_duration(broker.config.retention_check_interval_ms);
     let tick = retention_every.min(Duration::from_secs(1));
     let mut next_retention = tokio::time::Instant::now() + retention_every;
+    let mut checkpoint_tick = 0u64;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(tick) => {}
@@ -284,8 +290,13 @@ async fn retention_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Recei
             next_retention = tokio::time::Instant::now() + retention_every;
         }
         let b = broker.clone();
+        checkpoint_tick += 1;
+        let checkpoint = checkpoint_tick % HW_CHECKPOINT_TICKS == 0;
         let _ = tokio::task::spawn_blocking(move || {
             flush_due(&b);
+            if checkpoint {
+                b.replica_manager.checkpoint_high_watermarks();
+            }
             if run_retention {
                 apply_retention(&b);
             }

@@ -124,7 +124,7 @@ async fn current_leader_epoch_is_checked_and_leadership_changes_apply() {
         .replica_manager()
         .partition("fence", 0)
         .expect("partition");
-    assert!(part.make_leader(3, vec![me], vec![me]));
+    assert!(part.make_leader(3, 0, vec![me], vec![me]));
     assert_eq!(metadata_epoch(&mut c, "fence").await, (me, 3));
     assert_eq!(
         fetch_with_epoch(&mut c, "fence", 2).await.0,
@@ -172,7 +172,7 @@ async fn current_leader_epoch_is_checked_and_leadership_changes_apply() {
     }
 
     // Becoming a follower of another broker: produce and client fetches go to the leader.
-    assert!(part.make_follower(me + 1, 4, vec![me, me + 1], vec![me + 1]));
+    assert!(part.make_follower(me + 1, 4, 0, vec![me, me + 1], vec![me + 1]));
     assert_eq!(
         produce(&mut c, "fence", 0, batch(&["c"], 1_700_000_000_000), 1, 9)
             .await
@@ -185,7 +185,7 @@ async fn current_leader_epoch_is_checked_and_leadership_changes_apply() {
     );
     assert_eq!(metadata_epoch(&mut c, "fence").await, (me + 1, 4));
     // A stale leader change (epoch 3 < 4) is ignored.
-    assert!(!part.make_leader(3, vec![me], vec![me]));
+    assert!(!part.make_leader(3, 0, vec![me], vec![me]));
     assert!(!part.is_leader());
 
     drop(part);
@@ -210,17 +210,110 @@ async fn acks_all_needs_min_insync_replicas_in_the_isr() {
         produce(&mut c, "isr", 0, batch(&["a"], 1_700_000_000_000), 1, 9).await,
         (0, 0)
     );
-    // Two in-sync replicas (as replication will report): acks=all is met.
+    // Two in-sync replicas: acks=all now waits for the follower, and times out while it does not fetch.
     let me = broker.config().node_id;
+    let follower = me + 1;
     let part = broker.replica_manager().partition("isr", 0).unwrap();
-    part.make_leader(1, vec![me, me + 1], vec![me, me + 1]);
+    part.make_leader(1, 1, vec![me, follower], vec![me, follower]);
+    const REQUEST_TIMED_OUT: i16 = 7;
+    let mut slow = test.client().await;
+    let timed_out =
+        produce_with_timeout(&mut slow, "isr", batch(&["b"], 1_700_000_000_000), 50).await;
     assert_eq!(
-        produce(&mut c, "isr", 0, batch(&["b"], 1_700_000_000_000), -1, 9).await,
-        (0, 1)
+        timed_out.0, REQUEST_TIMED_OUT,
+        "written on the leader, never confirmed"
+    );
+    assert_eq!(
+        part.high_watermark(),
+        1,
+        "it stays where it was: the follower's log end is unknown"
+    );
+    // The follower fetches everything; its next fetch (at the leader's log end) confirms it.
+    let mut replica = test.client().await;
+    let pd = replica_fetch(&mut replica, "isr", follower, 1, 0, -1).await;
+    assert_eq!(pd.error_code, 0);
+    assert_eq!(
+        values(pd.records.as_ref().unwrap()).len(),
+        2,
+        "followers read past the high watermark"
+    );
+    let waiting = tokio::spawn(async move {
+        produce_with_timeout(&mut slow, "isr", batch(&["c"], 1_700_000_000_000), 5000).await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!waiting.is_finished(), "acks=all waits for the follower");
+    let pd = replica_fetch(&mut replica, "isr", follower, 1, 3, 1).await;
+    assert_eq!((pd.error_code, pd.high_watermark), (0, 3));
+    assert_eq!(
+        waiting.await.unwrap(),
+        (0, 2),
+        "the follower's fetch at 3 commits offset 2"
+    );
+    assert_eq!(part.follower_progress(follower).unwrap().log_end_offset, 3);
+    // A follower whose last batch is of an epoch the leader never had diverges: it is told where to truncate.
+    let pd = replica_fetch(&mut replica, "isr", follower, 1, 5, 0).await;
+    assert_eq!(
+        (pd.diverging_epoch.epoch, pd.diverging_epoch.end_offset),
+        (0, 1),
+        "epoch 0 ends where epoch 1 starts on the leader"
     );
     drop(part);
     drop(broker);
     test.stop().await.unwrap();
+}
+
+async fn produce_with_timeout(
+    c: &mut Client,
+    topic: &str,
+    records: Vec<u8>,
+    timeout_ms: i32,
+) -> (i16, i64) {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    let req = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(timeout_ms)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(name(topic))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(bytes::Bytes::from(records)))])]);
+    let resp = c.call(&req, 9).await;
+    let p = &resp.responses[0].partition_responses[0];
+    (p.error_code, p.base_offset)
+}
+
+/// A follower's Fetch v15 (ReplicaState) of partition 0 at `offset` with LastFetchedEpoch.
+async fn replica_fetch(
+    c: &mut Client,
+    topic: &str,
+    replica: i32,
+    current_leader_epoch: i32,
+    offset: i64,
+    last_fetched_epoch: i32,
+) -> kafka_protocol::messages::fetch_response::PartitionData {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
+    let id = topic_id(c, topic).await;
+    let req = FetchRequest::default()
+        .with_replica_state(
+            ReplicaState::default()
+                .with_replica_id(BrokerId(replica))
+                .with_replica_epoch(-1),
+        )
+        .with_max_wait_ms(0)
+        .with_min_bytes(0)
+        .with_max_bytes(1 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic_id(id)
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_current_leader_epoch(current_leader_epoch)
+                .with_fetch_offset(offset)
+                .with_last_fetched_epoch(last_fetched_epoch)
+                .with_partition_max_bytes(1 << 20)])]);
+    let resp = c.call(&req, 15).await;
+    assert_eq!(resp.error_code, 0);
+    resp.responses[0].partitions[0].clone()
 }
 
 /// A long poll on partition A is not woken by appends to partition B: it answers empty at its max wait, and

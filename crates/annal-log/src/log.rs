@@ -397,6 +397,65 @@ impl Log {
         })
     }
 
+    /// Appends batches a leader already assigned (replication's follower side): offsets and partition leader
+    /// epochs are kept as they are, nothing is re-stamped and no sequence is checked (the leader did; the log
+    /// is the truth). The batches must start at the log end and be contiguous, or nothing is written.
+    pub fn append_as_follower(&mut self, batches: &[u8], now_ms: i64) -> crate::Result<AppendInfo> {
+        self.finish_roll_flush(false)?;
+        let validated = batch::validate_batches(batches, self.config.max_message_bytes)?;
+        let mut expected = self.log_end_offset();
+        for v in &validated {
+            if v.header.base_offset != expected || v.header.last_offset_delta < 0 {
+                return Err(LogError::InvalidRecord {
+                    position: v.position,
+                    reason: format!(
+                        "a replicated batch starts at offset {} where offset {expected} was expected",
+                        v.header.base_offset
+                    ),
+                });
+            }
+            expected = v.header.next_offset();
+        }
+        let Some(last) = validated.last() else {
+            return Err(LogError::InvalidRecord {
+                position: 0,
+                reason: "no batch to append".into(),
+            });
+        };
+        let first_offset = self.log_end_offset();
+        let last_offset = last.header.last_offset();
+        let total_records: i64 = validated
+            .iter()
+            .map(|v| i64::from(v.header.records_count))
+            .sum();
+        let max_timestamp = validated
+            .iter()
+            .map(|v| v.header.max_timestamp)
+            .max()
+            .unwrap_or(now_ms);
+        let incoming_offsets = last_offset + 1 - first_offset;
+        self.maybe_roll(batches.len() as u64, incoming_offsets, max_timestamp)?;
+        let headers: Vec<BatchHeader> = validated.iter().map(|v| v.header).collect();
+        self.active_mut().append(batches, &headers)?;
+        for h in &headers {
+            self.producers.replay(h);
+        }
+        self.unflushed_records += total_records as u64;
+        self.first_unflushed_ms.get_or_insert(now_ms);
+        if self.unflushed_records >= self.config.flush_messages {
+            self.flush()?;
+        }
+        Ok(AppendInfo {
+            first_offset,
+            last_offset,
+            max_timestamp,
+            log_append_time_ms: None,
+            log_start_offset: self.log_start_offset,
+            duplicate: false,
+            records_count: total_records as u64,
+        })
+    }
+
     /// Rolls to a new segment when the active one cannot take `incoming_bytes` more, spans more than
     /// `segment.ms`, has full indexes, or could not express the new offsets relative to its base.
     ///
@@ -635,7 +694,9 @@ impl Log {
         self.write_checkpoint(false)
     }
 
-    fn truncate_fully_and_start_at(&mut self, offset: i64) -> crate::Result<()> {
+    /// Removes every batch and starts the log, empty, at `offset` (a follower whose log ends before the
+    /// leader's log start).
+    pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> crate::Result<()> {
         self.generation += 1;
         let all: Vec<i64> = self.segments.keys().copied().collect();
         for base in all {
@@ -935,6 +996,49 @@ mod tests {
         let mut bytes =
             batch::build_uncompressed_batch(&[(None, Some(&[7u8; 1024][..]))], now_ms());
         log.append(&mut bytes, &AppendOptions::default()).unwrap()
+    }
+
+    #[test]
+    fn a_follower_append_keeps_the_leaders_offsets_and_epochs() {
+        let (leader_dir, follower_dir) =
+            (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut leader = Log::open(leader_dir.path(), small_segments()).unwrap();
+        for epoch in [3, 3, 7] {
+            let mut bytes = batch::build_uncompressed_batch(&[(None, Some(&b"x"[..]))], now_ms());
+            let opts = AppendOptions {
+                leader_epoch: epoch,
+                ..Default::default()
+            };
+            leader.append(&mut bytes, &opts).unwrap();
+        }
+        let copied = leader
+            .read(0, 1 << 20, None)
+            .unwrap()
+            .slice
+            .unwrap()
+            .read_to_vec()
+            .unwrap();
+        let mut follower = Log::open(follower_dir.path(), small_segments()).unwrap();
+        let info = follower.append_as_follower(&copied, now_ms()).unwrap();
+        assert_eq!((info.first_offset, info.last_offset), (0, 2));
+        let back = follower
+            .read(0, 1 << 20, None)
+            .unwrap()
+            .slice
+            .unwrap()
+            .read_to_vec()
+            .unwrap();
+        assert_eq!(back, copied, "replicated bytes are stored unchanged");
+        let third = BatchHeader::parse(&back[back.len() - copied.len() / 3..]).unwrap();
+        assert_eq!(third.partition_leader_epoch, 7);
+        // A batch that does not continue the log is refused, and nothing is written.
+        assert!(follower.append_as_follower(&copied, now_ms()).is_err());
+        assert_eq!(follower.log_end_offset(), 3);
+        follower.truncate_fully_and_start_at(10).unwrap();
+        assert_eq!(
+            (follower.log_start_offset(), follower.log_end_offset()),
+            (10, 10)
+        );
     }
 
     /// Appends until the log rolls (the last append is the new segment's first batch); returns its base offset.

@@ -9,13 +9,15 @@ use std::collections::HashMap;
 
 use annal_log::FileSlice;
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::fetch_response::{
+    EpochEndOffset, FetchableTopicResponse, PartitionData,
+};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, RequestHeader};
 use uuid::Uuid;
 
 use super::{code, fetch_session};
 use crate::replica::{
-    FetchParams, FetchPartition, FetchPartitionResult, Partition, PartitionError,
+    FetchParams, FetchPartition, FetchPartitionResult, Partition, PartitionError, ReplicaFetch,
 };
 use crate::server::{encode_response, Close, Piece, Response};
 use crate::Broker;
@@ -111,6 +113,28 @@ pub async fn handle(
         }
     };
     let read_committed = req.isolation_level == 1;
+    // A follower broker names itself: ReplicaId before v15, ReplicaState (with its broker epoch) from v15.
+    let (replica_id, replica_epoch) = if version >= 15 {
+        (
+            req.replica_state.replica_id.0,
+            req.replica_state.replica_epoch,
+        )
+    } else {
+        (req.replica_id.0, -1)
+    };
+    // Per partition: KIP-320 LastFetchedEpoch (v12+), for divergence checks of followers.
+    let last_fetched: HashMap<fetch_session::Key, i32> = req
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| {
+                (
+                    key(&t.topic.0, t.topic_id, p.partition),
+                    p.last_fetched_epoch,
+                )
+            })
+        })
+        .collect();
     // KIP-320 CurrentLeaderEpoch of the partitions this request names (those cached in a session send none).
     let epochs: HashMap<fetch_session::Key, i32> = req
         .topics
@@ -144,6 +168,15 @@ pub async fn handle(
             fetch_offset: *offset,
             current_leader_epoch: epochs.get(k).copied().unwrap_or(-1),
             max_bytes: *max,
+            replica: (replica_id >= 0).then(|| ReplicaFetch {
+                replica_id,
+                broker_epoch: replica_epoch,
+                last_fetched_epoch: if version >= 12 {
+                    last_fetched.get(k).copied().unwrap_or(-1)
+                } else {
+                    -1
+                },
+            }),
         })
         .collect();
     let results = broker.replica_manager.fetch_messages(params, wanted).await;
@@ -269,6 +302,11 @@ fn encode_results(
                 None
             })
             .with_records(Some(Bytes::new()));
+        if let Some((epoch, end_offset)) = result.diverging_epoch {
+            pd.diverging_epoch = EpochEndOffset::default()
+                .with_epoch(epoch)
+                .with_end_offset(end_offset);
+        }
         match result.records {
             // Not read here: the records go from the file to the socket (see `encode`).
             Ok(Some(slice)) => pd.records = Some(slices.push(slice)),

@@ -14,7 +14,7 @@ use annal_metadata::image::{ConfigResource, MetadataImage};
 use annal_metadata::records::ConfigResourceType;
 
 use crate::group::OFFSETS_TOPIC;
-use crate::replica::ReplicaManager;
+use crate::replica::{ReplicaFetchers, ReplicaManager};
 
 /// What one application changed, for the log line.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -24,8 +24,14 @@ pub struct Applied {
     pub leadership_changes: usize,
 }
 
-/// Applies `image` (blocking: it opens and deletes logs).
-pub fn apply_image(rm: &ReplicaManager, image: &MetadataImage) -> anyhow::Result<Applied> {
+/// Applies `image` (blocking: it opens and deletes logs). With `fetchers` (and the inter-broker listener name
+/// to find leaders' endpoints by), every partition this broker is a follower replica of is fetched from its
+/// leader, and no other.
+pub fn apply_image(
+    rm: &ReplicaManager,
+    image: &MetadataImage,
+    fetchers: Option<(&ReplicaFetchers, &str)>,
+) -> anyhow::Result<Applied> {
     let me = rm.local_broker_id();
     let mut applied = Applied::default();
     for local in rm.topics() {
@@ -36,6 +42,11 @@ pub fn apply_image(rm: &ReplicaManager, image: &MetadataImage) -> anyhow::Result
             .topic_by_name(&local.name)
             .is_some_and(|t| t.id == local.id);
         if !keep {
+            if let Some((f, _)) = fetchers {
+                for p in rm.partitions_of(&local.name) {
+                    f.unfollow(&local.name, p.index());
+                }
+            }
             rm.delete_topic(&local.name)?;
             applied.topics_deleted += 1;
         }
@@ -72,7 +83,11 @@ pub fn apply_image(rm: &ReplicaManager, image: &MetadataImage) -> anyhow::Result
             let Some(p) = rm.partition(&topic.name, index) else {
                 continue;
             };
+            if let Some((f, listener)) = fetchers {
+                follow_or_not(f, listener, image, me, &p, state);
+            }
             let unchanged = p.leader_epoch() == state.leader_epoch
+                && p.partition_epoch() == state.partition_epoch
                 && p.leader() == state.leader
                 && p.isr() == state.isr
                 && p.replicas() == state.replicas;
@@ -82,6 +97,7 @@ pub fn apply_image(rm: &ReplicaManager, image: &MetadataImage) -> anyhow::Result
             let changed = if state.leader == me {
                 p.make_leader(
                     state.leader_epoch,
+                    state.partition_epoch,
                     state.replicas.clone(),
                     state.isr.clone(),
                 )
@@ -89,6 +105,7 @@ pub fn apply_image(rm: &ReplicaManager, image: &MetadataImage) -> anyhow::Result
                 p.make_follower(
                     state.leader,
                     state.leader_epoch,
+                    state.partition_epoch,
                     state.replicas.clone(),
                     state.isr.clone(),
                 )
@@ -99,4 +116,27 @@ pub fn apply_image(rm: &ReplicaManager, image: &MetadataImage) -> anyhow::Result
         }
     }
     Ok(applied)
+}
+
+/// Fetches the partition from its leader if this broker is one of its followers, else stops fetching it.
+fn follow_or_not(
+    fetchers: &ReplicaFetchers,
+    listener: &str,
+    image: &MetadataImage,
+    me: i32,
+    p: &std::sync::Arc<crate::replica::Partition>,
+    state: &annal_metadata::image::PartitionState,
+) {
+    let follower = state.leader >= 0 && state.leader != me && state.replicas.contains(&me);
+    let endpoint = image.broker(state.leader).and_then(|b| {
+        b.listeners
+            .iter()
+            .find(|l| l.name == listener)
+            .or_else(|| b.listeners.first())
+            .map(|l| format!("{}:{}", l.host, l.port))
+    });
+    match endpoint {
+        Some(addr) if follower => fetchers.follow(p.clone(), state.leader, addr),
+        _ => fetchers.unfollow(p.topic(), p.index()),
+    }
 }

@@ -8,6 +8,7 @@
 
 pub mod apply;
 pub mod controller_channel;
+mod isr;
 pub mod lifecycle;
 
 use std::collections::BTreeMap;
@@ -21,7 +22,7 @@ use anyhow::Context;
 use tokio::sync::watch;
 
 use crate::config::BrokerConfig;
-use crate::replica::ReplicaManager;
+use crate::replica::{ReplicaFetchers, ReplicaManager};
 use controller_channel::ControllerChannel;
 use lifecycle::{Endpoint, LeaseState, LifecycleConfig};
 
@@ -70,6 +71,8 @@ pub struct ClusterRuntime {
     /// The block of producer ids the controller gave this broker: (next, end). Blocks come from the metadata
     /// log (AllocateProducerIds -> ProducerIdsRecord), so no two brokers ever hand out the same id.
     producer_ids: tokio::sync::Mutex<(i64, i64)>,
+    /// The fetchers copying the partitions this broker follows (set by `attach`).
+    fetchers: parking_lot::Mutex<Option<Arc<ReplicaFetchers>>>,
 }
 
 impl ClusterRuntime {
@@ -188,6 +191,7 @@ impl ClusterRuntime {
             stop,
             client_listener_name,
             producer_ids: tokio::sync::Mutex::new((0, 0)),
+            fetchers: parking_lot::Mutex::new(None),
         })
     }
 
@@ -209,9 +213,28 @@ impl ClusterRuntime {
             self.stop.subscribe(),
         ));
         let (applied_tx, mut applied_rx) = watch::channel(false);
+        let epoch_of = lease_rx.clone();
+        let fetchers = Arc::new(ReplicaFetchers::new(
+            config.cluster.node_id,
+            config.replica_fetch.clone(),
+            Arc::new(move || epoch_of.borrow().broker_epoch),
+            tokio::runtime::Handle::current(),
+            self.stop.subscribe(),
+        ));
+        *self.fetchers.lock() = Some(fetchers.clone());
+        tokio::spawn(isr::run(
+            replica_manager.clone(),
+            self.channel.clone(),
+            self.node.watch_image(),
+            lease_rx.clone(),
+            config.replica_fetch.lag_time_max_ms,
+            self.stop.subscribe(),
+        ));
         tokio::spawn(watch_image(
             self.node.watch_image(),
             replica_manager,
+            fetchers,
+            config.cluster.listeners.inter_broker_name.clone(),
             lease_rx.clone(),
             applied_tx,
             self.stop.subscribe(),
@@ -394,6 +417,9 @@ impl ClusterRuntime {
     /// Stops the controller listener, the watcher and the metadata node.
     pub async fn shutdown(&self) {
         let _ = self.stop.send(true);
+        if let Some(f) = self.fetchers.lock().take() {
+            f.shutdown();
+        }
         self.node.shutdown().await;
     }
 }
@@ -452,6 +478,8 @@ async fn report_offsets(
 async fn watch_image(
     mut images: watch::Receiver<Arc<MetadataImage>>,
     replica_manager: Arc<ReplicaManager>,
+    fetchers: Arc<ReplicaFetchers>,
+    inter_broker_listener: String,
     mut lease: watch::Receiver<LeaseState>,
     applied_once: watch::Sender<bool>,
     mut stop: watch::Receiver<bool>,
@@ -464,7 +492,11 @@ async fn watch_image(
         let image = images.borrow_and_update().clone();
         let rm = replica_manager.clone();
         let img = image.clone();
-        let result = tokio::task::spawn_blocking(move || apply::apply_image(&rm, &img)).await;
+        let (f, listener) = (fetchers.clone(), inter_broker_listener.clone());
+        let result = tokio::task::spawn_blocking(move || {
+            apply::apply_image(&rm, &img, Some((&f, listener.as_str())))
+        })
+        .await;
         match result {
             Ok(Ok(applied)) => {
                 applied_once.send_replace(true);

@@ -249,6 +249,9 @@ pub const BROKER_SETTINGS: &[Setting] = &[
     setting("num.replica.fetchers", int(1), "1"),
     setting("replica.fetch.max.bytes", int(0), "1048576"),
     setting("replica.fetch.wait.max.ms", int(0), "500"),
+    setting("replica.fetch.min.bytes", int(1), "1"),
+    setting("replica.fetch.response.max.bytes", int(0), "10485760"),
+    setting("replica.fetch.backoff.ms", int(0), "1000"),
     setting("unclean.leader.election.enable", Kind::Bool, "false"),
 ];
 
@@ -297,6 +300,28 @@ pub enum Source {
     Default,
 }
 
+/// Most fetcher tasks per source broker (`num.replica.fetchers` is capped here).
+pub const REPLICA_FETCHERS_MAX: i64 = 16;
+
+/// How followers fetch and when the leader drops them from the ISR, Kafka's names and defaults.
+#[derive(Debug, Clone)]
+pub struct ReplicaFetchConfig {
+    /// `num.replica.fetchers`: fetcher tasks per source broker; partitions are spread over them by hash.
+    pub num_fetchers: usize,
+    /// `replica.fetch.max.bytes`: per partition per fetch (the first batch is sent whole even if larger).
+    pub fetch_max_bytes: i32,
+    /// `replica.fetch.response.max.bytes`: per fetch response.
+    pub fetch_response_max_bytes: i32,
+    /// `replica.fetch.wait.max.ms`: how long the leader may hold a follower's fetch for new data.
+    pub fetch_wait_max_ms: i32,
+    /// `replica.fetch.min.bytes`.
+    pub fetch_min_bytes: i32,
+    /// `replica.fetch.backoff.ms`: the pause after a failed fetch.
+    pub fetch_backoff_ms: u64,
+    /// `replica.lag.time.max.ms`: a follower not caught up for this long leaves the ISR.
+    pub lag_time_max_ms: i64,
+}
+
 /// The broker's resolved configuration.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
@@ -336,6 +361,8 @@ pub struct BrokerConfig {
     pub fetch_max_bytes: i32,
     /// `max.incremental.fetch.session.cache.slots`: KIP-227 sessions kept; 0 serves every fetch sessionless.
     pub fetch_session_slots: usize,
+    /// How followers fetch and when the leader drops them from the ISR (`replica.*`).
+    pub replica_fetch: ReplicaFetchConfig,
     pub connections_max_idle_ms: i64,
     pub producer_id_expiration_ms: i64,
     /// The group coordinator's settings (`offsets.*`, `group.*`).
@@ -513,6 +540,15 @@ impl BrokerConfig {
             socket_request_max_bytes: num("socket.request.max.bytes") as i32,
             fetch_max_bytes: num("fetch.max.bytes") as i32,
             fetch_session_slots: num("max.incremental.fetch.session.cache.slots") as usize,
+            replica_fetch: ReplicaFetchConfig {
+                num_fetchers: num("num.replica.fetchers").clamp(1, REPLICA_FETCHERS_MAX) as usize,
+                fetch_max_bytes: num("replica.fetch.max.bytes") as i32,
+                fetch_response_max_bytes: num("replica.fetch.response.max.bytes") as i32,
+                fetch_wait_max_ms: num("replica.fetch.wait.max.ms") as i32,
+                fetch_min_bytes: num("replica.fetch.min.bytes") as i32,
+                fetch_backoff_ms: num("replica.fetch.backoff.ms") as u64,
+                lag_time_max_ms: num("replica.lag.time.max.ms"),
+            },
             connections_max_idle_ms: num("connections.max.idle.ms"),
             producer_id_expiration_ms: num("producer.id.expiration.ms"),
             groups: crate::group::GroupConfig {

@@ -28,6 +28,21 @@ pub enum PartitionError {
         isr: usize,
         min_isr: i32,
     },
+    /// NOT_ENOUGH_REPLICAS_AFTER_APPEND (20): the batch was written on the leader, but the ISR fell below
+    /// min.insync.replicas before the other replicas had it; the producer retries (idempotence makes that safe).
+    #[error("{partition}: written on the leader, but the ISR shrank to {isr} (< min.insync.replicas={min_isr}) before it was replicated; retry")]
+    NotEnoughReplicasAfterAppend {
+        partition: String,
+        isr: usize,
+        min_isr: i32,
+    },
+    /// REQUEST_TIMED_OUT (7): acks=all waited the request's timeout and the in-sync replicas did not all
+    /// confirm the batch; it may still be committed later. The producer retries.
+    #[error("{partition}: the in-sync replicas did not confirm offset {offset} within the request timeout; retry")]
+    ReplicationTimedOut { partition: String, offset: i64 },
+    /// NOT_LEADER_OR_FOLLOWER (6) for a replica fetch from a broker that is not one of the partition's replicas.
+    #[error("{partition}: broker {replica} is not one of its replicas")]
+    NotAReplica { partition: String, replica: i32 },
     /// FENCED_LEADER_EPOCH (74): the client's leader epoch is older than this leader's; it refreshes metadata.
     #[error("{partition}: the request's leader epoch {requested} is older than the current {current}; refresh metadata")]
     FencedLeaderEpoch {
@@ -82,6 +97,11 @@ impl PartitionError {
             PartitionError::UnknownTopicId(_) => code::UNKNOWN_TOPIC_ID,
             PartitionError::NotLeader { .. } => code::NOT_LEADER_OR_FOLLOWER,
             PartitionError::NotEnoughReplicas { .. } => code::NOT_ENOUGH_REPLICAS,
+            PartitionError::NotEnoughReplicasAfterAppend { .. } => {
+                code::NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            }
+            PartitionError::ReplicationTimedOut { .. } => code::REQUEST_TIMED_OUT,
+            PartitionError::NotAReplica { .. } => code::NOT_LEADER_OR_FOLLOWER,
             PartitionError::FencedLeaderEpoch { .. } => code::FENCED_LEADER_EPOCH,
             PartitionError::UnknownLeaderEpoch { .. } => code::UNKNOWN_LEADER_EPOCH,
             PartitionError::InvalidRequiredAcks(_) => code::INVALID_REQUIRED_ACKS,

@@ -16,7 +16,8 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::Notify;
 use uuid::Uuid;
 
-use super::partition::{Partition, PartitionConfig};
+use super::checkpoints;
+use super::partition::{Partition, PartitionConfig, ReplicaFetch};
 use super::PartitionError;
 use crate::config::BrokerConfig;
 use crate::log_manager::{LogManager, OpenedLogs, Topic};
@@ -49,6 +50,9 @@ pub struct FetchPartition {
     /// KIP-320 CurrentLeaderEpoch, -1 if the client sent none.
     pub current_leader_epoch: i32,
     pub max_bytes: i32,
+    /// Set when a follower broker fetches (replica id >= 0): it reads up to the log end, its progress is
+    /// recorded, and a diverging log is answered with the divergence point.
+    pub replica: Option<ReplicaFetch>,
 }
 
 /// What a fetch returns for one partition, in request order. Offsets are -1 when the partition failed before
@@ -57,6 +61,8 @@ pub struct FetchPartitionResult {
     pub high_watermark: i64,
     pub log_start_offset: i64,
     pub records: Result<Option<FileSlice>, PartitionError>,
+    /// (epoch, end offset) for a follower whose log diverges from the leader's.
+    pub diverging_epoch: Option<(i32, i64)>,
 }
 
 /// The leader id of a partition that has none (Kafka's -1).
@@ -115,6 +121,13 @@ impl ReplicaManager {
         for logs in opened {
             manager.install(logs);
         }
+        // High watermarks survive restarts: a leader that comes back exposes no less than before, and a
+        // follower keeps serving as a candidate with what it knew committed.
+        for ((topic, index), hw) in checkpoints::read_high_watermarks(&config.data_dir) {
+            if let Some(p) = manager.partition(&topic, index) {
+                p.restore_high_watermark(hw);
+            }
+        }
         Ok(manager)
     }
 
@@ -147,9 +160,9 @@ impl ReplicaManager {
             let me = self.local_broker_id;
             if self.clustered {
                 // Led by whoever the metadata names; until it is applied, nobody here.
-                p.make_follower(NO_LEADER, 0, vec![], vec![]);
+                p.make_follower(NO_LEADER, 0, -1, vec![], vec![]);
             } else {
-                p.make_leader(0, vec![me], vec![me]);
+                p.make_leader(0, 0, vec![me], vec![me]);
             }
             parts.push(Arc::new(p));
         }
@@ -301,7 +314,7 @@ impl ReplicaManager {
         required_acks: i16,
         entries: Vec<AppendEntry>,
     ) -> Vec<Result<AppendInfo, PartitionError>> {
-        let _ = timeout;
+        let deadline = tokio::time::Instant::now() + timeout;
         let work: Vec<Result<(Arc<Partition>, Bytes), PartitionError>> = entries
             .into_iter()
             .map(|e| {
@@ -334,40 +347,120 @@ impl ReplicaManager {
         for result in appended {
             let outcome = match result {
                 Err(e) => Err(e),
-                Ok((_, a)) if a.durable.is_none() => Ok(a.info),
                 Ok((part, a)) => {
-                    let (info, wait) = (a.info, a.durable.expect("checked above"));
-                    if required_acks == 0 {
-                        // Nobody waits for the answer, but flush.messages=1 still asks for the fsync: let it run.
-                        tokio::spawn(async move {
-                            match wait.await {
-                                Ok(()) => part.high_watermark_moved(),
-                                Err(e) => {
-                                    tracing::error!(partition = %part.name(), error = %e, "fsync after an acks=0 produce failed")
-                                }
-                            }
-                        });
-                        Ok(info)
-                    } else {
-                        match wait.await {
-                            Ok(()) => {
-                                part.high_watermark_moved();
-                                Ok(info)
-                            }
-                            Err(source) => {
-                                tracing::error!(partition = %part.name(), error = %source, "durable produce failed");
-                                Err(PartitionError::Durable {
-                                    partition: part.name(),
-                                    source,
-                                })
-                            }
-                        }
+                    let info = a.info;
+                    match self.await_durable(&part, a, required_acks).await {
+                        Err(e) => Err(e),
+                        Ok(()) if required_acks != -1 => Ok(info),
+                        Ok(()) => Self::await_replicated(&part, info.last_offset + 1, deadline)
+                            .await
+                            .map(|()| info),
                     }
                 }
             };
             out.push(outcome);
         }
         out
+    }
+
+    /// Durable partitions (`flush.messages=1`): waits for the group-commit fsync (for acks=0 it runs unawaited).
+    async fn await_durable(
+        &self,
+        part: &Arc<Partition>,
+        appended: super::LeaderAppend,
+        required_acks: i16,
+    ) -> Result<(), PartitionError> {
+        let Some(wait) = appended.durable else {
+            return Ok(());
+        };
+        if required_acks == 0 {
+            // Nobody waits for the answer, but flush.messages=1 still asks for the fsync: let it run.
+            let part = part.clone();
+            tokio::spawn(async move {
+                match wait.await {
+                    Ok(()) => part.high_watermark_moved(),
+                    Err(e) => {
+                        tracing::error!(partition = %part.name(), error = %e, "fsync after an acks=0 produce failed")
+                    }
+                }
+            });
+            return Ok(());
+        }
+        match wait.await {
+            Ok(()) => {
+                part.high_watermark_moved();
+                Ok(())
+            }
+            Err(source) => {
+                tracing::error!(partition = %part.name(), error = %source, "durable produce failed");
+                Err(PartitionError::Durable {
+                    partition: part.name(),
+                    source,
+                })
+            }
+        }
+    }
+
+    /// acks=all: waits (parked on the partition's high-watermark watchers, the produce purgatory) until the
+    /// high watermark reaches `required` (every in-sync replica has the batch), the ISR shrinks below
+    /// min.insync.replicas (NOT_ENOUGH_REPLICAS_AFTER_APPEND), leadership moves (NOT_LEADER_OR_FOLLOWER), or
+    /// `deadline` passes (REQUEST_TIMED_OUT).
+    async fn await_replicated(
+        part: &Arc<Partition>,
+        required: i64,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), PartitionError> {
+        let waiter = Arc::new(Notify::new());
+        let _unwatch = Unwatch(part, &waiter);
+        loop {
+            // Register before looking, so a move between the look and the wait still wakes us.
+            let parked = part.watchers().watch(&waiter);
+            if part.high_watermark() >= required {
+                return Ok(());
+            }
+            if !part.is_leader() {
+                return Err(PartitionError::NotLeader {
+                    partition: part.name(),
+                });
+            }
+            let (isr, min_isr) = (part.isr().len(), part.config().min_insync_replicas);
+            if part.replicas().len() > 1 && (isr as i64) < i64::from(min_isr) {
+                return Err(PartitionError::NotEnoughReplicasAfterAppend {
+                    partition: part.name(),
+                    isr,
+                    min_isr,
+                });
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(PartitionError::ReplicationTimedOut {
+                    partition: part.name(),
+                    offset: required - 1,
+                });
+            }
+            // A full purgatory (WATCHERS_PER_PARTITION_MAX waiters) degrades to polling, never to unbounded growth.
+            let wake = tokio::time::sleep_until(if parked {
+                deadline
+            } else {
+                deadline.min(tokio::time::Instant::now() + Duration::from_millis(5))
+            });
+            tokio::select! {
+                _ = waiter.notified() => {}
+                _ = wake => {}
+            }
+        }
+    }
+
+    /// Writes every partition's high watermark to `replication-offset-checkpoint` (housekeeping and shutdown).
+    /// Blocking.
+    pub fn checkpoint_high_watermarks(&self) {
+        let hws = self
+            .all_partitions()
+            .iter()
+            .map(|p| ((p.topic().to_string(), p.index()), p.high_watermark()))
+            .collect();
+        if let Err(e) = checkpoints::write_high_watermarks(&self.config.data_dir, &hws) {
+            tracing::error!(error = %e, dir = %self.config.data_dir.display(), "cannot write the replication offset checkpoint");
+        }
     }
 
     /// Fetch: reads every partition; answers when `min_bytes` are there, a partition failed, `max_wait` passed
@@ -391,6 +484,7 @@ impl ReplicaManager {
                         offset: p.fetch_offset,
                         current_leader_epoch: p.current_leader_epoch,
                         max_bytes: p.max_bytes,
+                        replica: p.replica,
                     });
                     early.push(None);
                 }
@@ -437,6 +531,7 @@ impl ReplicaManager {
                     high_watermark: -1,
                     log_start_offset: -1,
                     records: Err(e),
+                    diverging_epoch: None,
                 },
                 None => read.next().expect("one read result per planned partition"),
             })
@@ -468,6 +563,7 @@ impl ReplicaManager {
     /// Closes every log cleanly (marks clean shutdown); partitions still referenced elsewhere are flushed only.
     /// Blocking.
     pub fn close_all(&self) {
+        self.checkpoint_high_watermarks();
         let map = std::mem::take(&mut *self.partitions.write());
         for p in map.into_values().flatten() {
             if let Err(e) = p.flush() {
@@ -493,6 +589,7 @@ struct Planned {
     offset: i64,
     current_leader_epoch: i32,
     max_bytes: i32,
+    replica: Option<ReplicaFetch>,
 }
 
 struct Pass {
@@ -510,15 +607,27 @@ fn read_pass(plan: &[Planned], max_bytes: usize) -> Pass {
     for p in plan {
         let budget = (p.max_bytes.max(0) as usize).min(max_bytes.saturating_sub(total));
         let first = total == 0;
-        let result = match p.part.read(p.current_leader_epoch, p.offset, budget) {
+        let read = match p.replica {
+            None => p.part.read(p.current_leader_epoch, p.offset, budget),
+            Some(replica) => p.part.read_for_follower(
+                replica,
+                p.current_leader_epoch,
+                p.offset,
+                budget,
+                crate::now_ms(),
+            ),
+        };
+        let result = match read {
             Err(e) => FetchPartitionResult {
                 high_watermark: -1,
                 log_start_offset: -1,
                 records: Err(e),
+                diverging_epoch: None,
             },
             Ok(read) => FetchPartitionResult {
                 high_watermark: read.high_watermark,
                 log_start_offset: read.log_start_offset,
+                diverging_epoch: read.diverging_epoch,
                 records: read.records.map(|slice| {
                     slice.filter(|s| first || s.len() <= budget).inspect(|s| {
                         total += s.len();
@@ -526,6 +635,10 @@ fn read_pass(plan: &[Planned], max_bytes: usize) -> Pass {
                 }),
             },
         };
+        if result.diverging_epoch.is_some() {
+            // The follower must truncate before anything else: answer now.
+            failed = true;
+        }
         if let Err(e) = &result.records {
             // OFFSET_OUT_OF_RANGE lets clients apply auto.offset.reset; a storage error is worth a line.
             let out_of_range = matches!(
@@ -566,16 +679,31 @@ impl Watching {
 
     /// Registers with every partition; false if one had no room (then the fetch must not wait).
     fn watch_all(&self) -> bool {
-        self.plan
-            .iter()
-            .all(|p| p.part.watchers().watch(&self.waiter))
+        self.plan.iter().all(|p| watchers_of(p).watch(&self.waiter))
+    }
+}
+
+/// Consumers wait for the high watermark to move; followers for the log end.
+fn watchers_of(p: &Planned) -> &super::delayed_fetch::FetchWatchers {
+    match p.replica {
+        None => p.part.watchers(),
+        Some(_) => p.part.replica_watchers(),
     }
 }
 
 impl Drop for Watching {
     fn drop(&mut self) {
         for p in self.plan.iter() {
-            p.part.watchers().unwatch(&self.waiter);
+            watchers_of(p).unwatch(&self.waiter);
         }
+    }
+}
+
+/// Unregisters an acks=all wait from its partition when the produce answers (or its connection goes away).
+struct Unwatch<'a>(&'a Arc<Partition>, &'a Arc<Notify>);
+
+impl Drop for Unwatch<'_> {
+    fn drop(&mut self) {
+        self.0.watchers().unwatch(self.1);
     }
 }

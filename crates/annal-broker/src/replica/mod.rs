@@ -5,14 +5,17 @@
 //! Locking order: a partition's state lock, then its log lock; never the reverse. Neither is held across an
 //! `await`; blocking engine calls run off the async workers.
 
+mod checkpoints;
 mod delayed_fetch;
 mod error;
+mod fetcher;
 mod manager;
 mod partition;
 
 pub use error::PartitionError;
+pub use fetcher::ReplicaFetchers;
 pub use manager::{AppendEntry, FetchParams, FetchPartition, FetchPartitionResult, ReplicaManager};
 pub use partition::{
-    durable_sync_count, high_watermark, LeaderAppend, OffsetAndEpoch, OffsetSpec, Partition,
-    PartitionConfig, PartitionRead,
+    durable_sync_count, high_watermark, FollowerProgress, IsrChange, LeaderAppend, OffsetAndEpoch,
+    OffsetSpec, Partition, PartitionConfig, PartitionRead, ReplicaFetch,
 };

@@ -4,8 +4,10 @@
 //! Locking order: the state lock (`state`) before the log lock (`log`), never the reverse. Neither is held across
 //! an `await`: every method here is synchronous; those that touch the disk are called off the async workers.
 
+use std::collections::HashMap;
 use std::ops::Deref;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use annal_log::producer::ProducerStateManager;
@@ -16,6 +18,7 @@ use annal_log::{
 use parking_lot::{Mutex, RwLock};
 use uuid::Uuid;
 
+use super::checkpoints;
 use super::delayed_fetch::FetchWatchers;
 use super::PartitionError;
 
@@ -51,11 +54,69 @@ struct ReplicaState {
     /// The leader's broker id (-1 when none is known).
     leader: i32,
     replicas: Vec<i32>,
+    /// The ISR the controller last confirmed (through the image or an AlterPartition answer).
     isr: Vec<i32>,
-    /// (epoch, first offset of that epoch), ascending in both: Kafka's leader-epoch cache.
-    /// In memory only for now; persisting it (leader-epoch-checkpoint) comes with replication.
+    /// The ISR this leader asked the controller for and has no answer to yet (one request in flight at most).
+    /// It is never acted on: until confirmed, the high watermark counts the union of both (Kafka's maximal
+    /// ISR), so neither a member leaving nor one joining can let it pass what a confirmed member lacks.
+    pending_isr: Option<Vec<i32>>,
+    /// Bumped by the controller on every change of this partition (ISR or leader); AlterPartition carries it.
+    partition_epoch: i32,
+    /// (epoch, first offset of that epoch), ascending in both: Kafka's leader-epoch cache, persisted in the
+    /// partition directory's `leader-epoch-checkpoint`.
     epochs: Vec<(i32, i64)>,
+    /// What this leader knows of each follower (empty while following).
+    followers: HashMap<i32, FollowerProgress>,
     config: PartitionConfig,
+}
+
+/// A follower as its leader sees it, from its fetches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowerProgress {
+    /// The follower's log end offset: the offset of its last fetch (-1 before its first at this epoch).
+    pub log_end_offset: i64,
+    /// The last time the follower had everything the leader had (Kafka's lastCaughtUpTimeMs).
+    pub last_caught_up_ms: i64,
+    /// The broker epoch its fetches carry (-1 if unknown, before Fetch v15).
+    pub broker_epoch: i64,
+    /// The leader's log end and the time at the follower's previous fetch: a fetch that reaches that offset
+    /// proves the follower was caught up then.
+    last_fetch_leader_end: i64,
+    last_fetch_ms: i64,
+}
+
+impl ReplicaState {
+    /// The ISR the high watermark must respect: the confirmed one plus any member a pending change adds.
+    fn maximal_isr(&self) -> Vec<i32> {
+        let mut isr = self.isr.clone();
+        if let Some(pending) = &self.pending_isr {
+            for r in pending {
+                if !isr.contains(r) {
+                    isr.push(*r);
+                }
+            }
+        }
+        isr
+    }
+}
+
+/// A follower's fetch, as the leader checks and records it.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplicaFetch {
+    pub replica_id: i32,
+    /// -1 when the request carries none (Fetch < v15).
+    pub broker_epoch: i64,
+    /// The epoch of the last batch the follower has (-1: none, or Fetch < v12).
+    pub last_fetched_epoch: i32,
+}
+
+/// An ISR change this leader wants the controller to make (AlterPartition), at the epochs it knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IsrChange {
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    /// (broker id, broker epoch) of every member of the proposed ISR.
+    pub new_isr: Vec<(i32, i64)>,
 }
 
 /// What a leader append returned: the engine's answer, and for durable partitions the wait for its fsync
@@ -71,6 +132,9 @@ pub struct PartitionRead {
     pub records: Result<Option<FileSlice>, PartitionError>,
     pub high_watermark: i64,
     pub log_start_offset: i64,
+    /// For a follower whose log diverges from the leader's (Fetch v12+): the largest epoch both have and where
+    /// it ends on the leader. The follower truncates there.
+    pub diverging_epoch: Option<(i32, i64)>,
 }
 
 /// Which offset ListOffsets asks for.
@@ -106,8 +170,14 @@ pub struct Partition {
     /// Group commit for durable acknowledgements, started at the first durable produce so that partitions
     /// which never need it cost no thread.
     commit: OnceLock<GroupCommit>,
-    /// Long-polling fetches waiting for this partition's high watermark to move.
+    /// The partition directory (for the leader-epoch checkpoint).
+    dir: PathBuf,
+    /// What consumers may read. Moves forward only, except when a follower truncates below it.
+    high_watermark: AtomicI64,
+    /// Long-polling consumer fetches (and acks=all produces) waiting for the high watermark to move.
     watchers: FetchWatchers,
+    /// Long-polling follower fetches, waiting for the log end to move.
+    replica_watchers: FetchWatchers,
 }
 
 impl Partition {
@@ -121,6 +191,8 @@ impl Partition {
         log: Log,
         config: PartitionConfig,
     ) -> Partition {
+        let dir = log.dir().to_path_buf();
+        let epochs = checkpoints::read_leader_epochs(&dir).unwrap_or_default();
         Partition {
             topic: topic.to_string(),
             index,
@@ -131,12 +203,18 @@ impl Partition {
                 leader: -1,
                 replicas: Vec::new(),
                 isr: Vec::new(),
-                epochs: Vec::new(),
+                pending_isr: None,
+                partition_epoch: -1,
+                epochs,
+                followers: HashMap::new(),
                 config,
             }),
             log: Arc::new(PartitionLog(Mutex::new(log))),
             commit: OnceLock::new(),
+            dir,
+            high_watermark: AtomicI64::new(0),
             watchers: FetchWatchers::default(),
+            replica_watchers: FetchWatchers::default(),
         }
     }
 
@@ -182,17 +260,52 @@ impl Partition {
         self.state.read().config
     }
 
+    pub fn partition_epoch(&self) -> i32 {
+        self.state.read().partition_epoch
+    }
+
+    /// The ISR change in flight, if any.
+    pub fn pending_isr(&self) -> Option<Vec<i32>> {
+        self.state.read().pending_isr.clone()
+    }
+
+    /// What this leader knows of `replica` (None while following, or for a replica that has not fetched).
+    pub fn follower_progress(&self, replica: i32) -> Option<FollowerProgress> {
+        self.state.read().followers.get(&replica).copied()
+    }
+
+    /// The leader-epoch cache: (epoch, first offset), ascending.
+    pub fn leader_epochs(&self) -> Vec<(i32, i64)> {
+        self.state.read().epochs.clone()
+    }
+
     /// Makes this broker the partition's leader at `leader_epoch` (the controller bumps the epoch on every
     /// leader change). Returns false, changing nothing, if `leader_epoch` is older than the one already known
-    /// (a stale metadata update). Batches appended from now on carry `leader_epoch`.
-    pub fn make_leader(&self, leader_epoch: i32, replicas: Vec<i32>, isr: Vec<i32>) -> bool {
+    /// (a stale metadata update). Batches appended from now on carry `leader_epoch`; the new epoch starts at
+    /// the log end in the leader-epoch cache.
+    pub fn make_leader(
+        &self,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        replicas: Vec<i32>,
+        isr: Vec<i32>,
+    ) -> bool {
         assert!(leader_epoch >= 0, "leader epochs start at 0");
         assert!(
             isr.contains(&self.local_broker_id),
             "{}: a leader is always in its own ISR",
             self.name()
         );
-        self.become_(self.local_broker_id, leader_epoch, replicas, isr)
+        let changed = self.become_(
+            self.local_broker_id,
+            leader_epoch,
+            partition_epoch,
+            replicas,
+            isr,
+        );
+        // A shorter ISR (or a larger one) may move the high watermark; waiting produces re-check min ISR.
+        self.high_watermark_moved();
+        changed
     }
 
     /// Makes `leader` the partition's leader at `leader_epoch`; this broker follows (it rejects produce and
@@ -201,6 +314,7 @@ impl Partition {
         &self,
         leader: i32,
         leader_epoch: i32,
+        partition_epoch: i32,
         replicas: Vec<i32>,
         isr: Vec<i32>,
     ) -> bool {
@@ -211,19 +325,31 @@ impl Partition {
             "{}: make_follower names this broker as leader; call make_leader",
             self.name()
         );
-        let changed = self.become_(leader, leader_epoch, replicas, isr);
+        let changed = self.become_(leader, leader_epoch, partition_epoch, replicas, isr);
         // Long polls end now: they get NOT_LEADER_OR_FOLLOWER at once and go to the new leader.
         self.watchers.wake_all();
+        self.replica_watchers.wake_all();
         changed
     }
 
-    fn become_(&self, leader: i32, leader_epoch: i32, replicas: Vec<i32>, isr: Vec<i32>) -> bool {
+    fn become_(
+        &self,
+        leader: i32,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        replicas: Vec<i32>,
+        isr: Vec<i32>,
+    ) -> bool {
         let mut state = self.state.write();
-        if leader_epoch < state.leader_epoch {
-            tracing::info!(partition = %self.name(), leader_epoch, current = state.leader_epoch, "ignoring a stale leader change");
+        if leader_epoch < state.leader_epoch
+            || (leader_epoch == state.leader_epoch && partition_epoch < state.partition_epoch)
+        {
+            tracing::info!(partition = %self.name(), leader_epoch, partition_epoch, current = state.leader_epoch, "ignoring a stale partition change");
             return false;
         }
-        if state.epochs.last().is_none_or(|(e, _)| *e < leader_epoch) {
+        let new_leadership = leader_epoch > state.leader_epoch || leader != state.leader;
+        let leading = leader == self.local_broker_id;
+        if leading && state.epochs.last().is_none_or(|(e, _)| *e < leader_epoch) {
             let log = self.log.lock();
             // The first epoch covers what the log already holds (a single node has always written epoch 0).
             let start = if state.epochs.is_empty() {
@@ -236,12 +362,49 @@ impl Partition {
             if state.epochs.len() > LEADER_EPOCHS_MAX {
                 state.epochs.remove(0);
             }
+            self.persist_epochs(&state.epochs);
+        }
+        if new_leadership {
+            state.pending_isr = None;
+            state.followers.clear();
+            if leading {
+                // Kafka's rule at election: every replica counts as caught up now, so none is dropped from the
+                // ISR before it has had replica.lag.time.max.ms to fetch from the new leader.
+                let now = crate::now_ms();
+                let end = self.log.lock().log_end_offset();
+                for r in replicas.iter().filter(|r| **r != self.local_broker_id) {
+                    state.followers.insert(
+                        *r,
+                        FollowerProgress {
+                            log_end_offset: -1,
+                            last_caught_up_ms: now,
+                            broker_epoch: -1,
+                            last_fetch_leader_end: end,
+                            last_fetch_ms: now,
+                        },
+                    );
+                }
+            }
+        }
+        if let Some(pending) = &state.pending_isr {
+            // The controller's answer came through the image before the AlterPartition response.
+            if partition_epoch > state.partition_epoch && pending == &isr {
+                state.pending_isr = None;
+            }
         }
         state.leader_epoch = leader_epoch;
+        state.partition_epoch = partition_epoch;
         state.leader = leader;
         state.replicas = replicas;
         state.isr = isr;
         true
+    }
+
+    /// Writes the leader-epoch cache; a failure is logged (the cache is rebuilt by replication if lost).
+    fn persist_epochs(&self, epochs: &[(i32, i64)]) {
+        if let Err(e) = checkpoints::write_leader_epochs(&self.dir, epochs) {
+            tracing::error!(partition = %self.name(), error = %e, "cannot write the leader-epoch checkpoint");
+        }
     }
 
     /// Checks the CurrentLeaderEpoch a client sent (KIP-320; -1 means "not sent"): older than ours ->
@@ -318,8 +481,12 @@ impl Partition {
             .then(|| self.group_commit().durable(info.last_offset));
         drop(log);
         drop(state);
-        if durable.is_none() && !info.duplicate {
-            self.high_watermark_moved();
+        if !info.duplicate {
+            // Followers fetch what is new at once; consumers when the high watermark passes it.
+            self.replica_watchers.wake_all();
+            if durable.is_none() {
+                self.high_watermark_moved();
+            }
         }
         Ok(LeaderAppend { info, durable })
     }
@@ -329,21 +496,51 @@ impl Partition {
             .get_or_init(|| GroupCommit::start(Arc::clone(&self.log)))
     }
 
-    /// Wakes the fetches waiting on this partition (after an append or an fsync moved the high watermark).
+    /// Re-evaluates the high watermark after something that can move it (an append, an fsync, a follower's
+    /// fetch, an ISR change) and wakes what waits on this partition if it moved. Waiting produces are woken
+    /// either way, since they also re-check the ISR size.
     pub fn high_watermark_moved(&self) {
+        self.refresh_high_watermark();
         self.watchers.wake_all();
+    }
+
+    /// Recomputes the leader's high watermark; true if it advanced. A follower's comes from its leader.
+    fn refresh_high_watermark(&self) -> bool {
+        let state = self.state.read();
+        if state.leader != self.local_broker_id {
+            return false;
+        }
+        let log = self.log.lock();
+        let candidate = leader_high_watermark(&state, self.local_broker_id, &log);
+        drop(log);
+        drop(state);
+        match candidate {
+            Some(hw) => self.high_watermark.fetch_max(hw, Ordering::AcqRel) < hw,
+            None => false,
+        }
     }
 
     pub(crate) fn watchers(&self) -> &FetchWatchers {
         &self.watchers
     }
 
-    /// The high watermark: what consumers may read and ListOffsets LATEST answers. Today's rule (a single-member
-    /// ISR): the log end, or for durable partitions the flushed offset. Replication will make it the smallest
-    /// log end in the ISR.
+    pub(crate) fn replica_watchers(&self) -> &FetchWatchers {
+        &self.replica_watchers
+    }
+
+    /// The high watermark: what consumers may read and ListOffsets LATEST answers. On a leader, the smallest
+    /// log end over the ISR (see [`leader_high_watermark`]); on a follower, what the leader last said, capped
+    /// by the local log end.
     pub fn high_watermark(&self) -> i64 {
-        let state = self.state.read();
-        high_watermark(&self.log.lock(), state.config.durable)
+        self.refresh_high_watermark();
+        self.high_watermark.load(Ordering::Acquire)
+    }
+
+    /// Sets the high watermark restored from `replication-offset-checkpoint` at open (capped by the log end).
+    pub fn restore_high_watermark(&self, hw: i64) {
+        let end = self.log.lock().log_end_offset();
+        self.high_watermark
+            .store(hw.clamp(0, end.max(0)), Ordering::Release);
     }
 
     pub fn log_start_offset(&self) -> i64 {
@@ -366,13 +563,12 @@ impl Partition {
         offset: i64,
         max_bytes: usize,
     ) -> Result<PartitionRead, PartitionError> {
+        let hw = self.high_watermark();
         let state = self.state.read();
         self.check_leader(&state, current_leader_epoch)?;
-        let durable = state.config.durable;
         let log = self.log.lock();
-        let hw = high_watermark(&log, durable);
         let records = log
-            .read(offset, max_bytes.max(1), durable.then_some(hw))
+            .read(offset, max_bytes.max(1), Some(hw))
             .map(|r| r.slice)
             .map_err(|source| PartitionError::Log {
                 partition: self.name(),
@@ -382,7 +578,292 @@ impl Partition {
             records,
             high_watermark: hw,
             log_start_offset: log.log_start_offset(),
+            diverging_epoch: None,
         })
+    }
+
+    /// Serves a follower's fetch: checks it is a replica and that its log does not diverge (answering the
+    /// divergence point if it does, KIP-320), reads up to the log end (not the high watermark: followers need
+    /// what is not committed yet), and records the follower's progress, which may advance the high watermark.
+    pub fn read_for_follower(
+        &self,
+        fetch: ReplicaFetch,
+        current_leader_epoch: i32,
+        offset: i64,
+        max_bytes: usize,
+        now_ms: i64,
+    ) -> Result<PartitionRead, PartitionError> {
+        let state = self.state.read();
+        self.check_leader(&state, current_leader_epoch)?;
+        if !state.replicas.contains(&fetch.replica_id) {
+            return Err(PartitionError::NotAReplica {
+                partition: self.name(),
+                replica: fetch.replica_id,
+            });
+        }
+        let log = self.log.lock();
+        let log_end = log.log_end_offset();
+        let log_start = log.log_start_offset();
+        if fetch.last_fetched_epoch >= 0 {
+            let (epoch, end) =
+                end_offset_for_epoch(&state.epochs, fetch.last_fetched_epoch, log_end);
+            if epoch != fetch.last_fetched_epoch || end < offset {
+                drop(log);
+                drop(state);
+                return Ok(PartitionRead {
+                    records: Ok(None),
+                    high_watermark: self.high_watermark.load(Ordering::Acquire),
+                    log_start_offset: log_start,
+                    diverging_epoch: Some((epoch, end)),
+                });
+            }
+        }
+        let records = log
+            .read(offset, max_bytes.max(1), None)
+            .map(|r| r.slice)
+            .map_err(|source| PartitionError::Log {
+                partition: self.name(),
+                source,
+            });
+        drop(log);
+        drop(state);
+        if records.is_ok() {
+            self.record_follower_fetch(fetch, offset, log_end, now_ms);
+        }
+        Ok(PartitionRead {
+            records,
+            high_watermark: self.high_watermark.load(Ordering::Acquire),
+            log_start_offset: log_start,
+            diverging_epoch: None,
+        })
+    }
+
+    /// Records that `fetch.replica_id` has everything below `offset` (Kafka's updateFollowerFetchState).
+    fn record_follower_fetch(
+        &self,
+        fetch: ReplicaFetch,
+        offset: i64,
+        leader_end: i64,
+        now_ms: i64,
+    ) {
+        {
+            let mut state = self.state.write();
+            if state.leader != self.local_broker_id {
+                return;
+            }
+            let entry = state
+                .followers
+                .entry(fetch.replica_id)
+                .or_insert(FollowerProgress {
+                    log_end_offset: -1,
+                    last_caught_up_ms: 0,
+                    broker_epoch: -1,
+                    last_fetch_leader_end: leader_end,
+                    last_fetch_ms: now_ms,
+                });
+            if offset >= leader_end {
+                entry.last_caught_up_ms = now_ms;
+            } else if offset >= entry.last_fetch_leader_end {
+                entry.last_caught_up_ms = entry.last_caught_up_ms.max(entry.last_fetch_ms);
+            }
+            entry.log_end_offset = offset;
+            entry.broker_epoch = fetch.broker_epoch;
+            entry.last_fetch_leader_end = leader_end;
+            entry.last_fetch_ms = now_ms;
+        }
+        if self.refresh_high_watermark() {
+            self.watchers.wake_all();
+        }
+    }
+
+    /// The ISR change this leader should ask for now, if any (none while one is in flight): members not caught
+    /// up within `lag_max_ms` leave; replicas that have reached the high watermark at this leader's epoch (and,
+    /// KIP-903, fetch with the broker epoch the controller knows, `broker_epoch_of`) join. The change is
+    /// recorded as pending; report the controller's answer with [`Partition::isr_change_answered`].
+    pub fn propose_isr_change(
+        &self,
+        now_ms: i64,
+        lag_max_ms: i64,
+        broker_epoch_of: impl Fn(i32) -> Option<i64>,
+    ) -> Option<IsrChange> {
+        let hw = self.high_watermark();
+        let mut state = self.state.write();
+        if state.leader != self.local_broker_id || state.pending_isr.is_some() {
+            return None;
+        }
+        let epoch_start = state.epochs.last().map_or(0, |(_, start)| *start);
+        let me = self.local_broker_id;
+        let mut new_isr: Vec<i32> = state
+            .isr
+            .iter()
+            .copied()
+            .filter(|r| {
+                *r == me
+                    || state
+                        .followers
+                        .get(r)
+                        .is_some_and(|f| now_ms - f.last_caught_up_ms <= lag_max_ms)
+            })
+            .collect();
+        for r in &state.replicas {
+            if new_isr.contains(r) {
+                continue;
+            }
+            let Some(f) = state.followers.get(r) else {
+                continue;
+            };
+            let epoch_known = broker_epoch_of(*r);
+            let in_sync = f.log_end_offset >= hw
+                && f.log_end_offset >= epoch_start
+                && now_ms - f.last_caught_up_ms <= lag_max_ms
+                && (f.broker_epoch < 0 || epoch_known == Some(f.broker_epoch));
+            if in_sync {
+                new_isr.push(*r);
+            }
+        }
+        if new_isr == state.isr {
+            return None;
+        }
+        let members = new_isr
+            .iter()
+            .map(|r| (*r, broker_epoch_of(*r).unwrap_or(-1)))
+            .collect();
+        tracing::info!(partition = %self.name(), isr = ?state.isr, proposed = ?new_isr, hw, "asking the controller to change the ISR");
+        state.pending_isr = Some(new_isr);
+        Some(IsrChange {
+            leader_epoch: state.leader_epoch,
+            partition_epoch: state.partition_epoch,
+            new_isr: members,
+        })
+    }
+
+    /// Applies the controller's answer to this leader's AlterPartition: the confirmed ISR at its partition
+    /// epoch, or `None` when it refused (the image says what holds). Either way the change is no longer
+    /// pending.
+    pub fn isr_change_answered(&self, answer: Option<(i32, i32, Vec<i32>)>) {
+        {
+            let mut state = self.state.write();
+            state.pending_isr = None;
+            if let Some((leader_epoch, partition_epoch, isr)) = answer {
+                let current = leader_epoch == state.leader_epoch
+                    && partition_epoch > state.partition_epoch
+                    && isr.contains(&self.local_broker_id);
+                if current {
+                    tracing::info!(partition = %self.name(), ?isr, partition_epoch, "the controller changed the ISR");
+                    state.isr = isr;
+                    state.partition_epoch = partition_epoch;
+                }
+            }
+        }
+        self.high_watermark_moved();
+    }
+
+    /// Appends batches fetched from the leader, keeping their offsets and epochs, and learns the leader's high
+    /// watermark and log start. Returns false (changing nothing) if this broker no longer follows `leader` at
+    /// `leader_epoch` (a leadership change raced the fetch). Blocking.
+    pub fn append_as_follower(
+        &self,
+        leader: i32,
+        leader_epoch: i32,
+        batches: &[u8],
+        leader_hw: i64,
+        leader_log_start: i64,
+        now_ms: i64,
+    ) -> Result<bool, PartitionError> {
+        let mut state = self.state.write();
+        if state.leader != leader
+            || state.leader_epoch != leader_epoch
+            || leader == self.local_broker_id
+        {
+            return Ok(false);
+        }
+        let mut log = self.log.lock();
+        let storage = |source| PartitionError::Log {
+            partition: self.name(),
+            source,
+        };
+        if !batches.is_empty() {
+            log.append_as_follower(batches, now_ms).map_err(storage)?;
+            if state.config.durable {
+                // A durable follower reports (as its next fetch offset) only what is on disk.
+                log.flush().map_err(storage)?;
+            }
+            let mut epochs_changed = false;
+            for h in batch_headers(batches) {
+                if state
+                    .epochs
+                    .last()
+                    .is_none_or(|(e, _)| *e < h.partition_leader_epoch)
+                {
+                    state.epochs.push((h.partition_leader_epoch, h.base_offset));
+                    if state.epochs.len() > LEADER_EPOCHS_MAX {
+                        state.epochs.remove(0);
+                    }
+                    epochs_changed = true;
+                }
+            }
+            if epochs_changed {
+                self.persist_epochs(&state.epochs);
+            }
+        }
+        if leader_log_start > log.log_start_offset() && leader_log_start <= log.log_end_offset() {
+            log.delete_records_before(leader_log_start)
+                .map_err(storage)?;
+        }
+        let hw = leader_hw.min(log.log_end_offset());
+        drop(log);
+        drop(state);
+        if self.high_watermark.fetch_max(hw, Ordering::AcqRel) < hw {
+            self.watchers.wake_all();
+        }
+        Ok(true)
+    }
+
+    /// The follower's side of a divergence (KIP-101/279): removes everything from `offset` on (the end of the
+    /// largest epoch it shares with the leader), drops the epochs that started there, and caps the high
+    /// watermark by the new log end. If `offset` is before the log start, the log restarts empty at
+    /// `restart_at`. Blocking.
+    pub fn truncate_to(&self, offset: i64, restart_at: Option<i64>) -> Result<(), PartitionError> {
+        let mut state = self.state.write();
+        let mut log = self.log.lock();
+        let storage = |source| PartitionError::Log {
+            partition: self.name(),
+            source,
+        };
+        match restart_at {
+            Some(start) => log.truncate_fully_and_start_at(start).map_err(storage)?,
+            None => log.truncate_to(offset).map_err(storage)?,
+        }
+        let end = log.log_end_offset();
+        drop(log);
+        let before = state.epochs.len();
+        state.epochs.retain(|(_, start)| *start < end);
+        if state.epochs.len() != before {
+            self.persist_epochs(&state.epochs);
+        }
+        self.high_watermark.fetch_min(end, Ordering::AcqRel);
+        tracing::info!(partition = %self.name(), log_end = end, "truncated to the leader's log");
+        Ok(())
+    }
+
+    /// This replica's own answer to OffsetForLeaderEpoch (no leadership check): the largest epoch <= `epoch` it
+    /// knows and where that ends in its log. A follower uses it to find the divergence point.
+    pub fn local_end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
+        let state = self.state.read();
+        let log_end = self.log.lock().log_end_offset();
+        end_offset_for_epoch(&state.epochs, epoch, log_end)
+    }
+
+    /// The largest epoch this replica's log holds batches of (a follower's LastFetchedEpoch), -1 if none.
+    pub fn last_fetched_epoch(&self) -> i32 {
+        let state = self.state.read();
+        let end = self.log.lock().log_end_offset();
+        state
+            .epochs
+            .iter()
+            .rev()
+            .find(|(_, start)| *start < end)
+            .map_or(-1, |(e, _)| *e)
     }
 
     /// ListOffsets: the offset (and its timestamp and leader epoch) `spec` names.
@@ -391,11 +872,12 @@ impl Partition {
         current_leader_epoch: i32,
         spec: OffsetSpec,
     ) -> Result<OffsetAndEpoch, PartitionError> {
+        let hw = self.high_watermark();
         let state = self.state.read();
         self.check_leader(&state, current_leader_epoch)?;
         let log = self.log.lock();
         let (timestamp, offset) = match spec {
-            OffsetSpec::Latest => (-1, high_watermark(&log, state.config.durable)),
+            OffsetSpec::Latest => (-1, hw),
             OffsetSpec::Earliest => (-1, log.log_start_offset()),
             OffsetSpec::MaxTimestamp => log.max_timestamp().unwrap_or((-1, -1)),
             OffsetSpec::Timestamp(ts) => match log.offset_for_timestamp(ts) {
@@ -425,10 +907,10 @@ impl Partition {
     /// DeleteRecords: moves the log start to `offset` (-1: the high watermark), which must not pass the high
     /// watermark. Returns the new log start (the low watermark). Blocking.
     pub fn delete_records(&self, offset: i64) -> Result<i64, PartitionError> {
+        let hw = self.high_watermark();
         let state = self.state.read();
         self.check_leader(&state, -1)?;
         let mut log = self.log.lock();
-        let hw = high_watermark(&log, state.config.durable);
         let target = if offset == -1 { hw } else { offset };
         if target < 0 || target > hw {
             return Err(PartitionError::DeleteBeyondHighWatermark {
@@ -506,15 +988,57 @@ impl Partition {
     }
 }
 
-/// The high-watermark rule of a single-member ISR: the log end, or for durable partitions (`flush.messages=1`)
-/// the flushed offset, so no consumer sees a record before its fsync (as Kafka's high watermark would not
-/// expose it before the ISR has it).
+/// What the local log may expose: the log end, or for durable partitions (`flush.messages=1`) the flushed
+/// offset, so no consumer sees a record before its fsync. The high watermark never passes it.
 pub fn high_watermark(log: &Log, durable: bool) -> i64 {
     if durable {
         log.flushed_offset().min(log.log_end_offset())
     } else {
         log.log_end_offset()
     }
+}
+
+/// Kafka's high-watermark rule with KIP-966's strict min ISR: the smallest log end over the maximal ISR (the
+/// leader's own counted as what it may expose, see [`high_watermark`]). `None` (no advance) while a member's
+/// log end is unknown, or while a replicated partition's confirmed ISR is smaller than min.insync.replicas: then
+/// no write is committed, so no consumer can read what a later leader might not have. A partition with one
+/// replica has no one to wait for and keeps the single-node rule.
+fn leader_high_watermark(state: &ReplicaState, me: i32, log: &Log) -> Option<i64> {
+    let local = high_watermark(log, state.config.durable);
+    let replicated = state.replicas.len() > 1;
+    if replicated && (state.isr.len() as i64) < i64::from(state.config.min_insync_replicas) {
+        return None;
+    }
+    let mut hw = local;
+    for r in state.maximal_isr() {
+        if r == me {
+            continue;
+        }
+        let leo = state.followers.get(&r).map_or(-1, |f| f.log_end_offset);
+        if leo < 0 {
+            return None;
+        }
+        hw = hw.min(leo);
+    }
+    Some(hw)
+}
+
+/// The headers of the whole batches in `bytes` (already validated by the engine).
+fn batch_headers(bytes: &[u8]) -> Vec<annal_log::batch::BatchHeader> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while let Some(h) = bytes
+        .get(at..)
+        .and_then(annal_log::batch::BatchHeader::parse)
+    {
+        let size = h.size();
+        if size == 0 || at + size > bytes.len() {
+            break;
+        }
+        out.push(h);
+        at += size;
+    }
+    out
 }
 
 /// The epoch whose range holds `offset` (the first known epoch for offsets before it).
@@ -597,7 +1121,7 @@ mod tests {
     fn a_follower_rejects_appends_and_reads() {
         let dir = tempfile::tempdir().unwrap();
         let p = open(dir.path(), PartitionConfig::default());
-        assert!(p.make_follower(2, 3, vec![1, 2], vec![1, 2]));
+        assert!(p.make_follower(2, 3, 0, vec![1, 2], vec![1, 2]));
         let e = p
             .append_records_to_leader(&mut batch(), 1, 0)
             .err()
@@ -618,14 +1142,14 @@ mod tests {
                 ..Default::default()
             },
         );
-        p.make_leader(0, vec![1, 2], vec![1]);
+        p.make_leader(0, 0, vec![1, 2], vec![1]);
         let e = p
             .append_records_to_leader(&mut batch(), -1, 0)
             .err()
             .unwrap();
         assert_eq!(e.code(), crate::kafka_code::NOT_ENOUGH_REPLICAS);
         assert!(p.append_records_to_leader(&mut batch(), 1, 0).is_ok());
-        p.make_leader(1, vec![1, 2], vec![1, 2]);
+        p.make_leader(1, 0, vec![1, 2], vec![1, 2]);
         assert!(p.append_records_to_leader(&mut batch(), -1, 0).is_ok());
     }
 
@@ -633,11 +1157,11 @@ mod tests {
     fn batches_carry_the_leader_epoch_and_epochs_end_where_the_next_starts() {
         let dir = tempfile::tempdir().unwrap();
         let p = open(dir.path(), PartitionConfig::default());
-        p.make_leader(0, vec![1], vec![1]);
+        p.make_leader(0, 0, vec![1], vec![1]);
         p.append_records_to_leader(&mut batch(), 1, 0).unwrap();
-        assert!(p.make_leader(5, vec![1], vec![1]));
+        assert!(p.make_leader(5, 0, vec![1], vec![1]));
         assert!(
-            !p.make_leader(4, vec![1], vec![1]),
+            !p.make_leader(4, 0, vec![1], vec![1]),
             "a stale epoch changes nothing"
         );
         let mut b = batch();
@@ -660,5 +1184,201 @@ mod tests {
             p.list_offsets(6, OffsetSpec::Latest).err().unwrap().code(),
             75
         );
+    }
+
+    fn replica(id: i32) -> ReplicaFetch {
+        ReplicaFetch {
+            replica_id: id,
+            broker_epoch: 7,
+            last_fetched_epoch: -1,
+        }
+    }
+
+    fn leader_of_three(dir: &std::path::Path, min_isr: i32) -> Partition {
+        let p = open(
+            dir,
+            PartitionConfig {
+                min_insync_replicas: min_isr,
+                ..Default::default()
+            },
+        );
+        p.make_leader(0, 0, vec![1, 2, 3], vec![1, 2, 3]);
+        p
+    }
+
+    #[test]
+    fn the_high_watermark_is_the_smallest_log_end_in_the_isr_and_never_goes_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = leader_of_three(dir.path(), 1);
+        for _ in 0..3 {
+            p.append_records_to_leader(&mut batch(), 1, 0).unwrap();
+        }
+        assert_eq!(p.high_watermark(), 0, "no follower has fetched");
+        p.read_for_follower(replica(2), 0, 2, 1 << 20, 10).unwrap();
+        assert_eq!(p.high_watermark(), 0, "replica 3 is in the ISR and unknown");
+        p.read_for_follower(replica(3), 0, 1, 1 << 20, 10).unwrap();
+        assert_eq!(p.high_watermark(), 1);
+        p.read_for_follower(replica(3), 0, 3, 1 << 20, 10).unwrap();
+        assert_eq!(p.high_watermark(), 2, "replica 2 is at 2");
+        // A follower re-fetching an older offset (it truncated) does not pull the high watermark back.
+        p.read_for_follower(replica(2), 0, 0, 1 << 20, 10).unwrap();
+        assert_eq!(p.high_watermark(), 2);
+        // Consumers never read past it.
+        let read = p.read(0, 2, 1 << 20).unwrap();
+        assert!(read.records.unwrap().is_none());
+        assert_eq!(read.high_watermark, 2);
+    }
+
+    #[test]
+    fn strict_min_isr_holds_the_high_watermark() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = open(
+            dir.path(),
+            PartitionConfig {
+                min_insync_replicas: 2,
+                ..Default::default()
+            },
+        );
+        p.make_leader(0, 0, vec![1, 2, 3], vec![1]);
+        p.append_records_to_leader(&mut batch(), 1, 0).unwrap();
+        assert_eq!(p.high_watermark(), 0, "ISR [1] < min.insync.replicas=2");
+        p.read_for_follower(replica(2), 0, 1, 1 << 20, 10).unwrap();
+        assert_eq!(
+            p.high_watermark(),
+            0,
+            "a caught-up follower outside the ISR does not count"
+        );
+        p.make_leader(0, 1, vec![1, 2, 3], vec![1, 2]);
+        assert_eq!(
+            p.high_watermark(),
+            1,
+            "the ISR grew to two, who both have offset 0"
+        );
+    }
+
+    #[test]
+    fn the_high_watermark_never_passes_what_is_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = open(
+            dir.path(),
+            PartitionConfig {
+                durable: true,
+                ..Default::default()
+            },
+        );
+        p.make_leader(0, 0, vec![1, 2], vec![1, 2]);
+        let appended = p.append_records_to_leader(&mut batch(), 1, 0).unwrap();
+        p.read_for_follower(replica(2), 0, 1, 1 << 20, 10).unwrap();
+        assert_eq!(
+            p.high_watermark(),
+            0,
+            "the follower has it, the leader has not fsynced it"
+        );
+        futures_wait(appended.durable.unwrap());
+        assert_eq!(p.high_watermark(), 1);
+    }
+
+    fn futures_wait(wait: DurableWait) {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(wait)
+            .unwrap();
+    }
+
+    #[test]
+    fn isr_changes_are_proposed_once_and_pending_members_count_for_the_high_watermark() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = open(dir.path(), PartitionConfig::default());
+        p.make_leader(0, 0, vec![1, 2, 3], vec![1]);
+        p.append_records_to_leader(&mut batch(), 1, 0).unwrap();
+        assert_eq!(p.high_watermark(), 1, "ISR [1], min ISR 1");
+        let epochs = |_id: i32| Some(7i64);
+        assert_eq!(
+            p.propose_isr_change(20, 30_000, epochs),
+            None,
+            "nobody caught up"
+        );
+        p.read_for_follower(replica(2), 0, 1, 1 << 20, 20).unwrap();
+        let change = p.propose_isr_change(20, 30_000, epochs).unwrap();
+        assert_eq!(change.new_isr, vec![(1, 7), (2, 7)]);
+        assert_eq!((change.leader_epoch, change.partition_epoch), (0, 0));
+        assert_eq!(
+            p.propose_isr_change(20, 30_000, epochs),
+            None,
+            "one change in flight"
+        );
+        // While it is pending, replica 2 already holds the high watermark back (maximal ISR).
+        p.append_records_to_leader(&mut batch(), 1, 0).unwrap();
+        assert_eq!(p.high_watermark(), 1);
+        assert_eq!(
+            p.isr(),
+            vec![1],
+            "not acted on before the controller confirms"
+        );
+        p.isr_change_answered(Some((0, 1, vec![1, 2])));
+        assert_eq!(
+            (p.isr(), p.partition_epoch(), p.pending_isr()),
+            (vec![1, 2], 1, None)
+        );
+        // A follower with a stale broker epoch (restarted) does not join (KIP-903).
+        p.read_for_follower(replica(3), 0, 2, 1 << 20, 30).unwrap();
+        assert_eq!(p.propose_isr_change(30, 30_000, |_| Some(8)), None);
+        // Replica 2 stops fetching: after replica.lag.time.max.ms it leaves; 3 (current epoch now) joins.
+        let change = p.propose_isr_change(40_000, 30_000, epochs);
+        assert_eq!(
+            change.unwrap().new_isr,
+            vec![(1, 7)],
+            "3's last catch-up is also too old"
+        );
+    }
+
+    #[test]
+    fn a_follower_appends_learns_epochs_and_truncates_to_the_divergence_point() {
+        let (ld, fd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let leader = open(ld.path(), PartitionConfig::default());
+        leader.make_leader(0, 0, vec![1], vec![1]);
+        leader.append_records_to_leader(&mut batch(), 1, 0).unwrap();
+        leader.make_leader(2, 0, vec![1], vec![1]);
+        leader.append_records_to_leader(&mut batch(), 1, 0).unwrap();
+        leader.append_records_to_leader(&mut batch(), 1, 0).unwrap();
+        let bytes = leader
+            .log
+            .lock()
+            .read(0, 1 << 20, None)
+            .unwrap()
+            .slice
+            .unwrap()
+            .read_to_vec()
+            .unwrap();
+        let log = Log::open(fd.path(), LogConfig::default()).unwrap();
+        let f = Partition::new("t", 0, Uuid::new_v4(), 2, log, PartitionConfig::default());
+        f.make_follower(1, 2, 0, vec![1, 2], vec![1, 2]);
+        assert!(
+            !f.append_as_follower(1, 1, &bytes, 2, 0, 0).unwrap(),
+            "stale epoch: nothing written"
+        );
+        assert!(f.append_as_follower(1, 2, &bytes, 2, 0, 0).unwrap());
+        assert_eq!((f.log_end_offset(), f.high_watermark()), (3, 2));
+        assert_eq!(f.leader_epochs(), vec![(0, 0), (2, 1)]);
+        assert_eq!(f.last_fetched_epoch(), 2);
+        assert_eq!(
+            checkpoints::read_leader_epochs(fd.path()),
+            Some(vec![(0, 0), (2, 1)])
+        );
+        // The new leader never had epoch 2: it says epoch 0 ends at 1; the follower cuts there, below its HW.
+        assert_eq!(f.local_end_offset_for_epoch(0), (0, 1));
+        f.truncate_to(1, None).unwrap();
+        assert_eq!((f.log_end_offset(), f.high_watermark()), (1, 1));
+        assert_eq!(f.leader_epochs(), vec![(0, 0)]);
+        assert_eq!(
+            checkpoints::read_leader_epochs(fd.path()),
+            Some(vec![(0, 0)])
+        );
+        // The epoch cache survives a reopen.
+        drop(f);
+        let log = Log::open(fd.path(), LogConfig::default()).unwrap();
+        let f = Partition::new("t", 0, Uuid::new_v4(), 2, log, PartitionConfig::default());
+        assert_eq!(f.leader_epochs(), vec![(0, 0)]);
     }
 }
