@@ -8,6 +8,9 @@
 pub mod apply;
 pub mod controller_channel;
 pub mod lifecycle;
+mod offsets_topic;
+
+pub use offsets_topic::ControllerOffsetsTopic;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -56,6 +59,8 @@ pub struct ClusterRuntime {
     /// The block of producer ids the controller gave this broker: (next, end). Blocks come from the metadata
     /// log (AllocateProducerIds -> ProducerIdsRecord), so no two brokers ever hand out the same id.
     producer_ids: tokio::sync::Mutex<(i64, i64)>,
+    /// Bumped after every image applied to the partitions (the group coordinator follows leadership on it).
+    applied: watch::Sender<u64>,
 }
 
 impl ClusterRuntime {
@@ -151,6 +156,7 @@ impl ClusterRuntime {
             stop,
             client_listener_name,
             producer_ids: tokio::sync::Mutex::new((0, 0)),
+            applied: watch::channel(0).0,
         })
     }
 
@@ -174,6 +180,7 @@ impl ClusterRuntime {
         tokio::spawn(watch_image(
             self.node.watch_image(),
             replica_manager,
+            self.applied.clone(),
             lease_rx.clone(),
             self.stop.subscribe(),
         ));
@@ -228,6 +235,11 @@ impl ClusterRuntime {
 
     pub fn lease(&self) -> LeaseState {
         self.lease.borrow().clone()
+    }
+
+    /// Changes after every metadata image applied to this broker's partitions.
+    pub fn watch_applied(&self) -> watch::Receiver<u64> {
+        self.applied.subscribe()
     }
 
     pub fn client_listener_name(&self) -> &str {
@@ -347,6 +359,7 @@ async fn report_offsets(
 async fn watch_image(
     mut images: watch::Receiver<Arc<MetadataImage>>,
     replica_manager: Arc<ReplicaManager>,
+    applied_tx: watch::Sender<u64>,
     mut lease: watch::Receiver<LeaseState>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -361,6 +374,7 @@ async fn watch_image(
         let result = tokio::task::spawn_blocking(move || apply::apply_image(&rm, &img)).await;
         match result {
             Ok(Ok(applied)) => {
+                applied_tx.send_modify(|n| *n += 1);
                 if applied != apply::Applied::default() {
                     tracing::info!(
                         offset = ?image.last_applied_offset,
