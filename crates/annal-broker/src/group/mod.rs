@@ -386,6 +386,11 @@ impl GroupCoordinator {
         out
     }
 
+    /// The replica manager whose `__consumer_offsets` partitions this coordinator writes to.
+    pub fn replica_manager(&self) -> &Arc<ReplicaManager> {
+        &self.shared.replicas
+    }
+
     /// The partition of `__consumer_offsets` that holds `group`.
     pub fn partition_for(&self, group: &str) -> u32 {
         self.shared.state.lock().partition_for_group(group)
