@@ -452,3 +452,52 @@ def parse_fetch(r, version):
     if version >= 11:
         r.i32()  # preferred read replica
     return error, hw, r.nbytes(flexible) or b""
+
+
+# ---------------------------------------------------------------- group coordinator
+
+API_OFFSET_COMMIT, API_FIND_COORDINATOR = 8, 10
+NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS = 16, 15, 14
+
+
+def java_string_hash(s):
+    """Java's String.hashCode (over UTF-16 code units), as a signed 32-bit int."""
+    data = s.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def group_partition(group, partitions):
+    """Kafka's __consumer_offsets partition of a group: Utils.abs(groupId.hashCode()) % partitions."""
+    h = java_string_hash(group)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def find_coordinator(node, group, timeout=5.0):
+    """FindCoordinator v2 (group key) asked of this node: (error, node_id, host, port)."""
+    body = string(group) + struct.pack(">b", 0)
+    with connect(node, timeout=timeout) as s:
+        r = roundtrip(s, API_FIND_COORDINATOR, 2, 1, body)
+        r.i32()  # throttle_time_ms
+        error = r.i16()
+        r.string()  # error_message
+        return error, r.i32(), r.string(), r.i32()
+
+
+def offset_commit(node, group, topic, partition, offset, timeout=10.0):
+    """A standalone OffsetCommit v2 (generation -1, no member) of one partition asked of this node: its error."""
+    body = (string(group) + struct.pack(">i", -1) + string("") + struct.pack(">q", -1)
+            + struct.pack(">i", 1) + string(topic) + struct.pack(">i", 1)
+            + struct.pack(">iq", partition, offset) + string(None))
+    with connect(node, timeout=timeout) as s:
+        r = roundtrip(s, API_OFFSET_COMMIT, 2, 1, body)
+        errors = []
+        for _ in range(r.array_len()):
+            r.string()
+            for _ in range(r.array_len()):
+                r.i32()
+                errors.append(r.i16())
+        assert len(errors) == 1, f"one partition committed, {len(errors)} answered"
+        return errors[0]

@@ -7,7 +7,7 @@
 //! APIs: decode, call a manager, encode) -> [`ReplicaManager`] (produce, fetch, long polls, the partitions map)
 //! -> [`Partition`] (leader epoch, ISR, high watermark, the only lock on its log) -> `annal_log::Log`.
 //! [`LogManager`] opens, creates and deletes logs on disk and keeps the topic registry. [`group`] is the group
-//! coordinator, on its own `__consumer_offsets` logs.
+//! coordinator, writing to the `__consumer_offsets` partitions this broker leads.
 
 mod apis;
 pub mod cluster;
@@ -46,7 +46,7 @@ pub struct Broker {
     /// Present in a cluster (explicit KRaft configuration); `None` on the zero-configuration single node.
     cluster: Option<Arc<cluster::ClusterRuntime>>,
     producer_ids: ProducerIds,
-    /// Consumer groups and committed offsets (`__consumer_offsets` logs).
+    /// Consumer groups and committed offsets (the `__consumer_offsets` partitions this broker leads).
     groups: Arc<group::GroupCoordinator>,
     /// The host and port clients are told to connect to.
     advertised: (String, u16),
@@ -163,11 +163,24 @@ pub async fn start(
     // Every broker is part of a cluster: zero configuration makes a one-voter one (docs/decisions/0005).
     let cluster = cluster::ClusterRuntime::start(&config, &cluster_id).await?;
     let replica_manager = Arc::new(ReplicaManager::open(&config, stop_rx.clone())?);
+    let mut groups_config = config.groups.clone();
+    groups_config.offsets_topic_replication_factor =
+        config.cluster.replication.offsets_topic_replication_factor;
+    if config.cluster.is_sole_voter() {
+        // Before the import: the `__consumer_offsets-<n>` logs a single node's coordinator kept as its own
+        // become that topic's partitions, so the import carries them into the metadata log with the rest.
+        group::adopt_legacy_partitions(&replica_manager, &groups_config)?;
+    }
     cluster
         .import_single_node(&config, &replica_manager, producer_ids.persisted_end())
         .await?;
+    let creator = Arc::new(cluster::ControllerOffsetsTopic::new(
+        &cluster,
+        replica_manager.clone(),
+    ));
+    let groups =
+        group::GroupCoordinator::start(replica_manager.clone(), creator, groups_config, false)?;
     let mut cluster = Some(cluster);
-    let groups = group::GroupCoordinator::open(&config.data_dir, config.groups.clone())?;
     let local = listener.local_addr()?;
     let advertised = match &config.advertised {
         Some(a) => a.clone(),
@@ -193,6 +206,19 @@ pub async fn start(
             .await?;
     }
     let cluster = cluster.map(Arc::new);
+    if let Some(c) = &cluster {
+        // The coordinator follows leadership: each applied image may make this broker leader (or not) of
+        // `__consumer_offsets` partitions.
+        let mut applied = c.watch_applied();
+        let groups = groups.clone();
+        tokio::spawn(async move {
+            // The images applied before this subscription (start-up waited for the first) count too.
+            groups.reconcile();
+            while applied.changed().await.is_ok() {
+                groups.reconcile();
+            }
+        });
+    }
     let fetch_sessions = apis::fetch_session::FetchSessions::new(config.fetch_session_slots);
     let broker = Arc::new(Broker {
         config,

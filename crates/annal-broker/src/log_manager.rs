@@ -319,7 +319,8 @@ fn remove_orphans(data_dir: &Path, topics: &BTreeMap<String, Arc<Topic>>) {
         let Ok(part) = part.parse::<i32>() else {
             continue;
         };
-        // The group coordinator's own logs and the cluster's metadata log are not registered topics.
+        // Partitions the group coordinator kept as its own logs before `__consumer_offsets` was a registered topic
+        // (it adopts them at start), and the cluster's metadata log.
         if topic == crate::group::OFFSETS_TOPIC || is_metadata_log_dir(&name) {
             continue;
         }

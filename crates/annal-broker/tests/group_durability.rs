@@ -311,16 +311,115 @@ async fn a_log_of_mostly_superseded_commits_is_rewritten_on_open() {
     );
 }
 
+/// Writes offset commits the way the coordinator did before `__consumer_offsets` was a registered topic: its
+/// own engine log per partition under `<dir>/__consumer_offsets-<n>/` (Kafka's record schemas, one batch per
+/// commit, appended as the coordinator, closed cleanly), with no entry in the topic registry.
+fn write_legacy_commits(dir: &Path, commits: &[(&str, &str, i32, i64)]) {
+    use annal_broker::group::records;
+    use annal_log::{batch, AppendOptions, AppendOrigin, Log, LogConfig};
+    let config = LogConfig {
+        segment_bytes: 100 * 1024 * 1024,
+        retention_ms: -1,
+        retention_bytes: -1,
+        max_message_bytes: 100 * 1024 * 1024,
+        ..LogConfig::default()
+    };
+    for &(group, topic, partition, offset) in commits {
+        let p = records::partition_for(group, 50);
+        let mut log =
+            Log::open(&dir.join(format!("__consumer_offsets-{p}")), config.clone()).unwrap();
+        let key = records::offset_key(group, topic, partition);
+        let value = records::offset_value(&records::OffsetValue {
+            offset,
+            leader_epoch: -1,
+            metadata: format!("legacy-{offset}"),
+            commit_timestamp: 1_700_000_000_000,
+            expire_timestamp: None,
+        });
+        let mut bytes = batch::build_batch(
+            &[(Some(key.as_slice()), Some(value.as_slice()))],
+            &[1_700_000_000_000],
+            batch::ProducerFields::default(),
+        );
+        let opts = AppendOptions {
+            now_ms: 1_700_000_000_000,
+            origin: AppendOrigin::Coordinator,
+            ..AppendOptions::default()
+        };
+        log.append(&mut bytes, &opts).unwrap();
+        log.close().unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offsets_kept_as_the_coordinator_s_own_logs_become_the_topic_s_partitions() {
+    let dir = tempfile::tempdir().unwrap();
+    let commits: Vec<(String, i64)> = (0..40)
+        .map(|i| (format!("legacy-group-{i}"), 1000 + i))
+        .collect();
+    let as_refs: Vec<(&str, &str, i32, i64)> = commits
+        .iter()
+        .map(|(g, o)| (g.as_str(), "t", 0, *o))
+        .collect();
+    write_legacy_commits(dir.path(), &as_refs);
+    // A later commit of the same key supersedes the first, as on the old coordinator.
+    write_legacy_commits(dir.path(), &[("legacy-group-0", "t", 0, 7)]);
+    let legacy_dirs = partitions_on_disk(dir.path());
+    assert!(legacy_dirs > 5, "commits spread over partitions");
+    for round in 0..2 {
+        let c = open(dir.path(), fast_config());
+        for (group, offset) in &commits {
+            if group == "legacy-group-1" && round > 0 {
+                continue; // committed again below
+            }
+            let want = if group == "legacy-group-0" {
+                7
+            } else {
+                *offset
+            };
+            let got = fetch(&c, group, Some(&[("t", vec![0])])).await;
+            assert_eq!(
+                got[0],
+                ("t".into(), 0, want, format!("legacy-{want}")),
+                "{group}, round {round}"
+            );
+        }
+        commit(
+            &c,
+            "legacy-group-1",
+            -1,
+            "",
+            &[("t", 0, 5000 + round, None)],
+            9,
+        )
+        .await;
+        assert_eq!(
+            fetch(&c, "legacy-group-1", Some(&[("t", vec![0])])).await[0].2,
+            5000 + round
+        );
+        c.shutdown().await;
+        drop(c);
+    }
+    let registry = std::fs::read_to_string(dir.path().join("topics.json")).unwrap();
+    assert!(
+        registry.contains("__consumer_offsets"),
+        "registered as a topic: {registry}"
+    );
+    assert_eq!(
+        partitions_on_disk(dir.path()),
+        50,
+        "all of the topic's partitions, the old ones among them"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupted_rewrite_is_finished_or_discarded_on_open() {
+    // The old coordinator's rewrite (before `__consumer_offsets` was a topic): a crash after the new log moved
+    // aside the old one but before taking its name leaves a complete `.rewrite`.
     let dir = tempfile::tempdir().unwrap();
-    let c = open(dir.path(), fast_config());
-    commit(&c, "abc", -1, "", &[("t", 0, 77, None)], 9).await; // "abc" → partition 4 of 50
-    c.shutdown().await;
-    drop(c);
+    write_legacy_commits(dir.path(), &[("abc", "t", 0, 77)]);
     let p = dir.path().join("__consumer_offsets-4");
     assert!(p.is_dir());
-    // Crash after the new log moved aside the old one but before taking its name: the `.rewrite` is complete.
     std::fs::rename(&p, dir.path().join("__consumer_offsets-4.rewrite")).unwrap();
     std::fs::create_dir(dir.path().join("__consumer_offsets-4.old")).unwrap();
     let c = open(dir.path(), fast_config());
@@ -328,20 +427,20 @@ async fn an_interrupted_rewrite_is_finished_or_discarded_on_open() {
     assert!(!dir.path().join("__consumer_offsets-4.old").exists());
     c.shutdown().await;
     drop(c);
-    // Crash while writing the `.rewrite`: the partition itself is intact, the leftover goes.
+    // A crash while writing the `.rewrite`: the partition itself is intact, the leftover goes.
+    let dir = tempfile::tempdir().unwrap();
+    write_legacy_commits(dir.path(), &[("abc", "t", 0, 78)]);
     std::fs::create_dir(dir.path().join("__consumer_offsets-4.rewrite")).unwrap();
     let c = open(dir.path(), fast_config());
-    assert_eq!(fetch(&c, "abc", Some(&[("t", vec![0])])).await[0].2, 77);
+    assert_eq!(fetch(&c, "abc", Some(&[("t", vec![0])])).await[0].2, 78);
     assert!(!dir.path().join("__consumer_offsets-4.rewrite").exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lowering_the_partition_count_is_refused_with_a_clear_error() {
+    // Old data: the setting decides where groups live, so a lower one would lose them.
     let dir = tempfile::tempdir().unwrap();
-    let c = open(dir.path(), fast_config());
-    commit(&c, "abc", -1, "", &[("t", 0, 1, None)], 9).await;
-    c.shutdown().await;
-    drop(c);
+    write_legacy_commits(dir.path(), &[("abc", "t", 0, 9)]);
     let err = annal_broker::group::GroupCoordinator::open(
         dir.path(),
         GroupConfig {
@@ -356,6 +455,25 @@ async fn lowering_the_partition_count_is_refused_with_a_clear_error() {
         msg.contains("offsets.topic.num.partitions") && msg.contains("partition 4"),
         "{msg}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_the_topic_exists_its_partition_count_decides_where_a_group_lives() {
+    // As Kafka: the setting is what the topic is created with; a lower one later changes nothing.
+    let dir = tempfile::tempdir().unwrap();
+    let c = open(dir.path(), fast_config());
+    commit(&c, "abc", -1, "", &[("t", 0, 1, None)], 9).await;
+    c.shutdown().await;
+    drop(c);
+    let c = open(
+        dir.path(),
+        GroupConfig {
+            offsets_topic_num_partitions: 3,
+            ..fast_config()
+        },
+    );
+    assert_eq!(c.partition_for("abc"), 4);
+    assert_eq!(fetch(&c, "abc", Some(&[("t", vec![0])])).await[0].2, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,11 +1,13 @@
 //! Group APIs: thin adapters from the dispatcher to [`crate::group::GroupCoordinator`], which owns the state.
 //!
-//! The broker is the coordinator of every group (single node), so FindCoordinator answers with this node.
+//! A group's coordinator is the leader of its `__consumer_offsets` partition: this node on a single node, the
+//! partition's leader from the image in a cluster. The coordinator itself answers NOT_COORDINATOR for groups
+//! whose partition this broker does not lead.
 
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
-use crate::group::{ClientInfo, NodeInfo, TopicCatalog, TopicInfo};
+use crate::group::{ClientInfo, NodeInfo, TopicCatalog, TopicInfo, OFFSETS_TOPIC};
 use crate::Broker;
 
 tokio::task_local! {
@@ -55,65 +57,95 @@ pub async fn find_coordinator(
     r: FindCoordinatorRequest,
 ) -> FindCoordinatorResponse {
     let version = h.request_api_version;
+    // Group keys need `__consumer_offsets`: created on first use, as Kafka does. Until it exists every group
+    // key is answered COORDINATOR_NOT_AVAILABLE (clients retry).
+    let topic_ready = r.key_type != 0 || b.groups.ensure_offsets_topic().await.is_ok();
     let Some(cluster) = b.cluster() else {
+        if !topic_ready {
+            return not_available(r, version);
+        }
         return b.groups.find_coordinator(r, version, &node(b));
     };
     if version >= 4 {
         let mut out = FindCoordinatorResponse::default();
         for key in r.coordinator_keys.clone() {
             let single = r.clone().with_coordinator_keys(vec![key.clone()]);
-            match cluster_coordinator(cluster, &key) {
+            let found = if topic_ready || r.key_type != 0 {
+                cluster_coordinator(cluster, &key)
+            } else {
+                None
+            };
+            match found {
                 Some(node) => out.coordinators.extend(
                     b.groups
                         .find_coordinator(single, version, &node)
                         .coordinators,
                 ),
-                None => out.coordinators.push(
-                    find_coordinator_response::Coordinator::default()
-                        .with_key(key)
-                        .with_node_id(BrokerId(-1))
-                        .with_port(-1)
-                        .with_error_code(COORDINATOR_NOT_AVAILABLE)
-                        .with_error_message(Some(StrBytes::from_static_str(
-                            "the group's coordinator broker is not available; retry",
-                        ))),
-                ),
+                None => out
+                    .coordinators
+                    .extend(not_available(single, version).coordinators),
             }
         }
         return out;
     }
-    match cluster_coordinator(cluster, &r.key.clone()) {
+    let found = if topic_ready || r.key_type != 0 {
+        cluster_coordinator(cluster, &r.key.clone())
+    } else {
+        None
+    };
+    match found {
         Some(node) => b.groups.find_coordinator(r, version, &node),
-        None => FindCoordinatorResponse::default()
-            .with_error_code(COORDINATOR_NOT_AVAILABLE)
-            .with_node_id(BrokerId(-1))
-            .with_port(-1),
+        None => not_available(r, version),
     }
+}
+
+/// COORDINATOR_NOT_AVAILABLE (retriable) for every key of `r`.
+fn not_available(r: FindCoordinatorRequest, version: i16) -> FindCoordinatorResponse {
+    let message = "the group's coordinator is not available (its __consumer_offsets partition has no leader yet); retry";
+    if version >= 4 {
+        let mut out = FindCoordinatorResponse::default();
+        for key in r.coordinator_keys {
+            out.coordinators.push(
+                find_coordinator_response::Coordinator::default()
+                    .with_key(key)
+                    .with_node_id(BrokerId(-1))
+                    .with_port(-1)
+                    .with_error_code(COORDINATOR_NOT_AVAILABLE)
+                    .with_error_message(Some(StrBytes::from_static_str(message))),
+            );
+        }
+        return out;
+    }
+    FindCoordinatorResponse::default()
+        .with_error_code(COORDINATOR_NOT_AVAILABLE)
+        .with_error_message(Some(StrBytes::from_static_str(message)))
+        .with_node_id(BrokerId(-1))
+        .with_port(-1)
 }
 
 /// COORDINATOR_NOT_AVAILABLE (retriable).
 const COORDINATOR_NOT_AVAILABLE: i16 = 15;
 
-/// The coordinator of a group in a cluster, until `__consumer_offsets` is a replicated topic (issue 10): one of
-/// the registered brokers, chosen by a stable hash of the group id, so every broker names the same one and a
-/// group's offsets stay on the broker that keeps its `__consumer_offsets` logs. `None` while that broker is
-/// fenced (clients retry).
+/// The coordinator of a group in a cluster, as Kafka's: the leader of partition
+/// `abs(javaHash(group_id)) % partitions` of `__consumer_offsets`, from the image. `None` while that partition
+/// has no leader or its leader is not live (clients retry).
 fn cluster_coordinator(cluster: &crate::cluster::ClusterRuntime, key: &str) -> Option<NodeInfo> {
     let image = cluster.image();
-    let ids: Vec<i32> = image.brokers.keys().copied().collect();
-    if ids.is_empty() {
+    let topic = image.topic_by_name(OFFSETS_TOPIC)?;
+    let count = u32::try_from(topic.partitions.len()).ok()?;
+    let index = i32::try_from(crate::group::records::partition_for(key, count)).ok()?;
+    let leader = topic.partitions.get(&index)?.leader;
+    if leader < 0 {
         return None;
     }
-    let slot = crc32c::crc32c(key.as_bytes()) as usize % ids.len();
-    let chosen = ids[slot];
     cluster
         .live_brokers()
         .into_iter()
-        .find(|b| b.id == chosen)
-        .map(|b| NodeInfo {
-            node_id: b.id,
-            host: b.host,
-            port: i32::from(b.port),
+        .find(|broker| broker.id == leader)
+        .map(|broker| NodeInfo {
+            node_id: broker.id,
+            host: broker.host,
+            port: i32::from(broker.port),
         })
 }
 

@@ -145,6 +145,7 @@ fn describe(broker: &Broker, t: &Topic, version: i16, with_ops: bool) -> Metadat
         .collect();
     let mut topic = MetadataResponseTopic::default()
         .with_name(Some(topic_name(&t.name)))
+        .with_is_internal(t.name == crate::group::OFFSETS_TOPIC)
         .with_partitions(partitions);
     if version >= 10 {
         topic.topic_id = t.id;

@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 use annal_metadata::image::{ConfigResource, MetadataImage};
 use annal_metadata::records::ConfigResourceType;
 
-use crate::group::OFFSETS_TOPIC;
 use crate::replica::{ReplicaFetchers, ReplicaManager};
 
 /// What one application changed, for the log line.
@@ -35,9 +34,6 @@ pub fn apply_image(
     let me = rm.local_broker_id();
     let mut applied = Applied::default();
     for local in rm.topics() {
-        if local.name == OFFSETS_TOPIC {
-            continue; // the group coordinator owns its logs
-        }
         let keep = image
             .topic_by_name(&local.name)
             .is_some_and(|t| t.id == local.id);
@@ -52,9 +48,6 @@ pub fn apply_image(
         }
     }
     for topic in image.topics.values() {
-        if topic.name == OFFSETS_TOPIC {
-            continue;
-        }
         let configs: BTreeMap<String, String> = image
             .configs
             .get(&ConfigResource {

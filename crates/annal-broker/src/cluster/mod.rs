@@ -10,6 +10,9 @@ pub mod apply;
 pub mod controller_channel;
 mod isr;
 pub mod lifecycle;
+mod offsets_topic;
+
+pub use offsets_topic::ControllerOffsetsTopic;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -73,6 +76,8 @@ pub struct ClusterRuntime {
     producer_ids: tokio::sync::Mutex<(i64, i64)>,
     /// The fetchers copying the partitions this broker follows (set by `attach`).
     fetchers: parking_lot::Mutex<Option<Arc<ReplicaFetchers>>>,
+    /// Bumped after every image applied to the partitions (the group coordinator follows leadership on it).
+    applied: watch::Sender<u64>,
 }
 
 impl ClusterRuntime {
@@ -192,6 +197,7 @@ impl ClusterRuntime {
             client_listener_name,
             producer_ids: tokio::sync::Mutex::new((0, 0)),
             fetchers: parking_lot::Mutex::new(None),
+            applied: watch::channel(0).0,
         })
     }
 
@@ -212,7 +218,7 @@ impl ClusterRuntime {
             offset_tx,
             self.stop.subscribe(),
         ));
-        let (applied_tx, mut applied_rx) = watch::channel(false);
+        let mut applied_rx = self.applied.subscribe();
         let epoch_of = lease_rx.clone();
         let fetchers = Arc::new(ReplicaFetchers::new(
             config.cluster.node_id,
@@ -235,8 +241,8 @@ impl ClusterRuntime {
             replica_manager,
             fetchers,
             config.cluster.listeners.inter_broker_name.clone(),
+            self.applied.clone(),
             lease_rx.clone(),
-            applied_tx,
             self.stop.subscribe(),
         ));
         let lifecycle = LifecycleConfig {
@@ -263,7 +269,7 @@ impl ClusterRuntime {
         // Serve once the partitions are what the metadata says (clients connecting meanwhile wait in the
         // listen backlog rather than being told no partition has a leader), but never wait forever: a quorum
         // without a majority must not keep the broker from answering at all.
-        let ready = tokio::time::timeout(REGISTRATION_WAIT_MAX, applied_rx.wait_for(|a| *a)).await;
+        let ready = tokio::time::timeout(REGISTRATION_WAIT_MAX, applied_rx.wait_for(|n| *n > 0)).await;
         if ready.is_err() {
             let lease = self.lease.borrow().clone();
             tracing::warn!(
@@ -286,8 +292,7 @@ impl ClusterRuntime {
         replica_manager: &ReplicaManager,
         next_producer_id: i64,
     ) -> anyhow::Result<()> {
-        let sole_voter = config.cluster.quorum.voters.len() == 1 && config.cluster.is_voter();
-        if !sole_voter {
+        if !config.cluster.is_sole_voter() {
             return Ok(());
         }
         let topics = replica_manager
@@ -332,6 +337,11 @@ impl ClusterRuntime {
 
     pub fn lease(&self) -> LeaseState {
         self.lease.borrow().clone()
+    }
+
+    /// Changes after every metadata image applied to this broker's partitions.
+    pub fn watch_applied(&self) -> watch::Receiver<u64> {
+        self.applied.subscribe()
     }
 
     pub fn client_listener_name(&self) -> &str {
@@ -480,8 +490,8 @@ async fn watch_image(
     replica_manager: Arc<ReplicaManager>,
     fetchers: Arc<ReplicaFetchers>,
     inter_broker_listener: String,
+    applied_tx: watch::Sender<u64>,
     mut lease: watch::Receiver<LeaseState>,
-    applied_once: watch::Sender<bool>,
     mut stop: watch::Receiver<bool>,
 ) {
     tokio::select! {
@@ -499,7 +509,7 @@ async fn watch_image(
         .await;
         match result {
             Ok(Ok(applied)) => {
-                applied_once.send_replace(true);
+                applied_tx.send_modify(|n| *n += 1);
                 if applied != apply::Applied::default() {
                     tracing::info!(
                         offset = ?image.last_applied_offset,

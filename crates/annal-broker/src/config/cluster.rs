@@ -199,6 +199,12 @@ impl ClusterConfig {
     pub fn is_voter(&self) -> bool {
         self.quorum.voters.contains_key(&self.node_id)
     }
+
+    /// True when this node is the quorum's only voter (zero configuration, or a one-voter file): its metadata
+    /// log is the cluster's, so it alone may import a single node's data directory into it.
+    pub fn is_sole_voter(&self) -> bool {
+        self.quorum.voters.len() == 1 && self.is_voter()
+    }
 }
 
 /// Values to report through DescribeConfigs for settings whose effective value is computed here.

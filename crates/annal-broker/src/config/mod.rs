@@ -202,6 +202,8 @@ pub const BROKER_SETTINGS: &[Setting] = &[
     setting("transactional.id.expiration.ms", int(1), "604800000"),
     // Group coordinator.
     setting("offsets.topic.num.partitions", int(1), "50"),
+    setting("offsets.topic.segment.bytes", int(1), "104857600"),
+    setting("offsets.commit.timeout.ms", int(1), "5000"),
     setting("group.initial.rebalance.delay.ms", int(0), "3000"),
     setting("group.min.session.timeout.ms", int(0), "6000"),
     setting("group.max.session.timeout.ms", int(0), "1800000"),
@@ -553,6 +555,8 @@ impl BrokerConfig {
             producer_id_expiration_ms: num("producer.id.expiration.ms"),
             groups: crate::group::GroupConfig {
                 offsets_topic_num_partitions: num("offsets.topic.num.partitions") as u32,
+                offsets_topic_segment_bytes: num("offsets.topic.segment.bytes"),
+                offsets_commit_timeout_ms: num("offsets.commit.timeout.ms") as u64,
                 initial_rebalance_delay_ms: num("group.initial.rebalance.delay.ms") as u64,
                 min_session_timeout_ms: num("group.min.session.timeout.ms") as i32,
                 max_session_timeout_ms: num("group.max.session.timeout.ms") as i32,

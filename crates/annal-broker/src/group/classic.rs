@@ -4,7 +4,6 @@
 //! differs it says so.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -16,8 +15,11 @@ use kafka_protocol::protocol::StrBytes;
 use tokio::sync::oneshot;
 
 use super::records::{self, GroupValue, MemberValue, OffsetValue, RecordKey};
-use super::store::{PendingSync, Record, Store};
+use super::store::Record;
 use super::{code, ClientInfo, GroupConfig};
+use crate::replica::Partition;
+use annal_log::DurableWait;
+use std::sync::Arc;
 
 /// An answer now, or one that arrives when the rebalance gets there.
 pub(super) enum Reply<T> {
@@ -332,16 +334,51 @@ impl Group {
     }
 }
 
-/// Appends to the log; collects the fsyncs to run once the state lock is released.
+/// A `__consumer_offsets` partition as the coordinator holds it (Kafka's coordinator runtime: loading, then
+/// active, until this broker stops leading it).
+pub(super) enum Owned {
+    /// This broker leads the partition and replays its log; requests for its groups get
+    /// COORDINATOR_LOAD_IN_PROGRESS.
+    Loading { leader_epoch: i32 },
+    /// This broker coordinates the partition's groups; their records are appended to `part`.
+    Active {
+        part: Arc<Partition>,
+        leader_epoch: i32,
+        /// Records in the log from its log start (replayed plus appended), for the rewrite decision.
+        records: u64,
+    },
+}
+
+impl Owned {
+    pub fn leader_epoch(&self) -> i32 {
+        match self {
+            Owned::Loading { leader_epoch } | Owned::Active { leader_epoch, .. } => *leader_epoch,
+        }
+    }
+}
+
+/// An append whose answer waits until it is committed: the partition's high watermark passes `last_offset`.
+/// A durable partition (`flush.messages=1`) also carries the wait for the group-commit fsync that moves the high
+/// watermark; replication moves it when the ISR has the records.
+pub struct CommitWait {
+    pub part: Arc<Partition>,
+    pub last_offset: i64,
+    pub durable: Option<DurableWait>,
+}
+
+/// Appends to the `__consumer_offsets` partitions this broker leads; collects the commit waits to run once the
+/// state lock is released.
 pub(super) struct Writer {
-    pub store: Store,
-    pub syncs: Vec<PendingSync>,
+    pub owned: HashMap<u32, Owned>,
+    pub waits: Vec<CommitWait>,
     pub closed: bool,
-    pub sync_writes: bool,
+    /// `__consumer_offsets`' partition count: the topic's once it exists, else `offsets.topic.num.partitions`.
+    pub num_partitions: u32,
 }
 
 impl Writer {
-    /// Appends `records` to `partition`; false (and logged) on failure.
+    /// Appends `records` to `partition` through its leader; false (and logged) on failure, including when this
+    /// broker no longer leads it.
     pub fn append(&mut self, partition: u32, records: &[Record]) -> bool {
         if self.closed {
             tracing::warn!(
@@ -350,16 +387,36 @@ impl Writer {
             );
             return false;
         }
-        match self.store.append(partition, records, wall_ms()) {
-            Ok(Some(sync)) => {
-                if self.sync_writes {
-                    self.syncs.push(sync);
-                }
+        if records.is_empty() {
+            return true;
+        }
+        let Some(Owned::Active {
+            part,
+            records: count,
+            ..
+        }) = self.owned.get_mut(&partition)
+        else {
+            tracing::warn!(
+                partition,
+                "not the coordinator of {}-{partition} (any more); not writing",
+                super::store::TOPIC
+            );
+            return false;
+        };
+        let now = wall_ms();
+        let mut bytes = super::store::build(records, now);
+        match part.append_records_to_leader(&mut bytes, -1, now) {
+            Ok(appended) => {
+                *count += records.len() as u64;
+                self.waits.push(CommitWait {
+                    part: part.clone(),
+                    last_offset: appended.info.last_offset,
+                    durable: appended.durable,
+                });
                 true
             }
-            Ok(None) => true,
             Err(e) => {
-                tracing::error!(partition, error = %format!("{e:#}"), "cannot write group coordinator records");
+                tracing::error!(partition = %part.name(), error = %e, "cannot write group coordinator records");
                 false
             }
         }
@@ -377,112 +434,225 @@ pub(super) struct State {
     pub groups: HashMap<String, Group>,
     pub writer: Writer,
     pub config: GroupConfig,
+    /// Whether mostly dead partitions are rewritten (single node only: see
+    /// [`Partition::replace_prefix_with_snapshot`]; a cluster waits for the engine's compaction).
+    pub rewrite_enabled: bool,
     next_retention_check: Instant,
 }
 
+/// What loading a partition's log produced, to install under the state lock.
+pub(super) struct Loaded {
+    pub groups: HashMap<String, Group>,
+    pub records: u64,
+}
+
+/// Replays `part` (partition `partition` of `__consumer_offsets`) into groups; when `rewrite` and the log is
+/// mostly dead records, replaces its prefix with a snapshot of the live ones first. Blocking.
+pub(super) fn load(
+    part: &Partition,
+    partition: u32,
+    config: &GroupConfig,
+    rewrite: bool,
+) -> anyhow::Result<Loaded> {
+    let now = Instant::now();
+    let mut groups = HashMap::new();
+    let stats = super::store::replay(part, |key, value| {
+        apply_record(&mut groups, partition, key, value, now)
+    })?;
+    let mut records = stats.records;
+    if rewrite {
+        let live = live_records(groups.values());
+        if should_rewrite(records, live.len() as u64, config) {
+            tracing::info!(
+                partition = %part.name(),
+                records,
+                live = live.len(),
+                "replacing the log's dead records with a snapshot of its live ones"
+            );
+            let now_ms = wall_ms();
+            part.replace_prefix_with_snapshot(
+                &mut super::store::build_batches(&live, now_ms),
+                now_ms,
+            )?;
+            records = live.len() as u64;
+        }
+    }
+    // Groups loaded with members wait a full session timeout from now before expiring them (as Kafka does on
+    // loading a partition).
+    for g in groups.values_mut() {
+        for m in g.members.values_mut() {
+            m.session_deadline = now + ms(m.session_timeout_ms);
+        }
+    }
+    Ok(Loaded { groups, records })
+}
+
+/// The live records of `groups`: the group metadata last written and every committed offset.
+fn live_records<'a>(groups: impl Iterator<Item = &'a Group>) -> Vec<Record> {
+    groups
+        .flat_map(|g| {
+            let meta = g.persisted_metadata.clone().map(|value| Record {
+                key: records::group_key(&g.id),
+                value: Some(value),
+            });
+            meta.into_iter().chain(
+                g.offsets
+                    .iter()
+                    .map(|((t, p), e)| g.offset_record(t, *p, e)),
+            )
+        })
+        .collect()
+}
+
+fn should_rewrite(records: u64, live: u64, config: &GroupConfig) -> bool {
+    records > config.rewrite_min_records && records > 2 * live
+}
+
 impl State {
-    /// Replays every `__consumer_offsets` partition present in `dir`, rewriting the ones that are mostly dead
-    /// records.
-    pub fn open(dir: &Path, config: GroupConfig) -> anyhow::Result<State> {
-        let (store, present) = Store::new(dir, config.offsets_topic_num_partitions)?;
-        let mut state = State {
+    /// No partition owned yet: [`State::begin_load`] / [`State::install`] make this broker coordinator of one.
+    pub fn new(config: GroupConfig, rewrite_enabled: bool) -> State {
+        State {
             groups: HashMap::new(),
             writer: Writer {
-                store,
-                syncs: Vec::new(),
+                owned: HashMap::new(),
+                waits: Vec::new(),
                 closed: false,
-                sync_writes: config.sync_writes,
+                num_partitions: config.offsets_topic_num_partitions,
             },
             next_retention_check: Instant::now()
                 + Duration::from_millis(config.offsets_retention_check_interval_ms),
+            rewrite_enabled,
             config,
-        };
-        let now = Instant::now();
-        for partition in present {
-            let groups = &mut state.groups;
-            let stats = state.writer.store.replay(partition, |key, value| {
-                apply_record(groups, partition, key, value, now)
-            })?;
-            state.maybe_rewrite(partition, stats.records)?;
         }
-        // Groups loaded with members wait a full session timeout from now before expiring them (as Kafka does
-        // on loading a partition).
-        for g in state.groups.values_mut() {
-            for m in g.members.values_mut() {
-                m.session_deadline = now + ms(m.session_timeout_ms);
-            }
-        }
-        tracing::info!(groups = state.groups.len(), "group coordinator loaded");
-        Ok(state)
     }
 
-    /// Rewrites `partition` with only its live records (the latest value of every key) when it holds more than
-    /// `rewrite_min_records` records and more than twice the live ones. The engine has no compaction yet; this
-    /// bounds the log at open and, through the retention check, while running.
-    pub fn maybe_rewrite(&mut self, partition: u32, records: u64) -> anyhow::Result<()> {
-        let live: Vec<Record> = self
-            .groups
-            .values()
-            .filter(|g| g.partition == partition)
-            .flat_map(|g| {
-                let meta = g.persisted_metadata.clone().map(|value| Record {
-                    key: records::group_key(&g.id),
-                    value: Some(value),
-                });
-                meta.into_iter().chain(
-                    g.offsets
-                        .iter()
-                        .map(|((t, p), e)| g.offset_record(t, *p, e)),
-                )
-            })
-            .collect();
-        let live_count = live.len() as u64;
-        if records > self.config.rewrite_min_records && records > 2 * live_count {
-            tracing::info!(
-                partition,
-                records,
-                live = live_count,
-                "rewriting {}-{partition} with only its live records",
-                super::store::TOPIC
+    /// Why a request for `group` cannot be served here, or `None` if this broker coordinates it.
+    pub fn coordinator_error(&self, group: &str) -> Option<i16> {
+        if self.writer.closed {
+            return Some(code::NOT_COORDINATOR);
+        }
+        match self.writer.owned.get(&self.partition_for_group(group)) {
+            None => Some(code::NOT_COORDINATOR),
+            Some(Owned::Loading { .. }) => Some(code::COORDINATOR_LOAD_IN_PROGRESS),
+            Some(Owned::Active { .. }) => None,
+        }
+    }
+
+    /// The leader epoch this broker coordinates (or loads) `partition` at, if it does.
+    pub fn owned_epoch(&self, partition: u32) -> Option<i32> {
+        self.writer.owned.get(&partition).map(Owned::leader_epoch)
+    }
+
+    pub fn owned_partitions(&self) -> Vec<u32> {
+        self.writer.owned.keys().copied().collect()
+    }
+
+    /// This broker became leader of `partition` at `leader_epoch`: its groups are loading. Any state of an
+    /// older epoch is dropped first.
+    pub fn begin_load(&mut self, partition: u32, leader_epoch: i32) {
+        self.unload(partition);
+        self.writer
+            .owned
+            .insert(partition, Owned::Loading { leader_epoch });
+    }
+
+    /// Installs what loading `partition` at `leader_epoch` produced; false (nothing installed) if leadership
+    /// changed meanwhile.
+    pub fn install(
+        &mut self,
+        partition: u32,
+        leader_epoch: i32,
+        part: Arc<Partition>,
+        loaded: Loaded,
+    ) -> bool {
+        let current = matches!(self.writer.owned.get(&partition),
+            Some(Owned::Loading { leader_epoch: e }) if *e == leader_epoch);
+        if !current || self.writer.closed {
+            return false;
+        }
+        for (id, g) in loaded.groups {
+            debug_assert_eq!(
+                g.partition, partition,
+                "a loaded group hashes to its partition"
             );
-            self.writer.store.rewrite(partition, &live, wall_ms())?;
+            self.groups.insert(id, g);
+        }
+        self.writer.owned.insert(
+            partition,
+            Owned::Active {
+                part,
+                leader_epoch,
+                records: loaded.records,
+            },
+        );
+        true
+    }
+
+    /// This broker no longer leads `partition`: its groups go (parked JoinGroup/SyncGroup calls answer
+    /// NOT_COORDINATOR as their senders drop) and their requests get NOT_COORDINATOR.
+    pub fn unload(&mut self, partition: u32) {
+        if self.writer.owned.remove(&partition).is_none() {
+            return;
+        }
+        self.groups.retain(|_, g| g.partition != partition);
+        tracing::info!(
+            partition,
+            "no longer the coordinator of {}-{partition}",
+            super::store::TOPIC
+        );
+    }
+
+    /// Rewrites `partition` (single node) when it holds more than `rewrite_min_records` records and more than
+    /// twice the live ones. The engine has no compaction yet; this bounds the log while running.
+    pub fn maybe_rewrite(&mut self, partition: u32) -> anyhow::Result<()> {
+        if !self.rewrite_enabled {
+            return Ok(());
+        }
+        let Some(Owned::Active { part, records, .. }) = self.writer.owned.get(&partition) else {
+            return Ok(());
+        };
+        let live = live_records(self.groups.values().filter(|g| g.partition == partition));
+        if !should_rewrite(*records, live.len() as u64, &self.config) {
+            return Ok(());
+        }
+        tracing::info!(
+            partition = %part.name(),
+            records,
+            live = live.len(),
+            "replacing the log's dead records with a snapshot of its live ones"
+        );
+        let now_ms = wall_ms();
+        part.replace_prefix_with_snapshot(&mut super::store::build_batches(&live, now_ms), now_ms)?;
+        if let Some(Owned::Active { records, .. }) = self.writer.owned.get_mut(&partition) {
+            *records = live.len() as u64;
         }
         Ok(())
     }
 
-    pub fn take_syncs(&mut self) -> Vec<PendingSync> {
-        std::mem::take(&mut self.writer.syncs)
-    }
-
-    pub fn mark_flushed(&mut self, flushed: &[(u32, u64, i64)]) {
-        for &(partition, epoch, upto) in flushed {
-            self.writer.store.mark_flushed(partition, epoch, upto);
-        }
+    pub fn take_waits(&mut self) -> Vec<CommitWait> {
+        std::mem::take(&mut self.writer.waits)
     }
 
     pub fn is_closed(&self) -> bool {
         self.writer.closed
     }
 
+    /// Stops coordinating: every group is unloaded (parked calls answer NOT_COORDINATOR) and the partitions are
+    /// released to the replica manager, which closes them.
     pub fn shutdown(&mut self) {
         if self.writer.closed {
             return;
         }
-        // Parked JoinGroup/SyncGroup calls: dropping their senders answers NOT_COORDINATOR, so clients go
-        // find the coordinator again.
-        for g in self.groups.values_mut() {
-            for m in g.members.values_mut() {
-                m.join_waiter = None;
-                m.sync_waiter = None;
-            }
+        for partition in self.owned_partitions() {
+            self.unload(partition);
         }
-        self.writer.syncs.clear();
-        self.writer.store.close_all();
+        self.groups.clear();
+        self.writer.waits.clear();
         self.writer.closed = true;
     }
 
     pub fn partition_for_group(&self, group: &str) -> u32 {
-        records::partition_for(group, self.writer.store.num_partitions())
+        records::partition_for(group, self.writer.num_partitions)
     }
 
     pub fn group_mut_or_create(&mut self, group_id: &str) -> &mut Group {
@@ -537,7 +707,7 @@ impl State {
             config,
             ..
         } = self;
-        let partition = records::partition_for(&group_id, writer.store.num_partitions());
+        let partition = records::partition_for(&group_id, writer.num_partitions);
         let group = groups
             .entry(group_id.clone())
             .or_insert_with(|| Group::new(group_id.clone(), partition, wall_ms()));
@@ -807,9 +977,8 @@ impl State {
         }
         if now >= self.next_retention_check {
             self.expire_offsets(super::wall_ms_now());
-            for partition in self.writer.store.partitions() {
-                let records = self.writer.store.record_count(partition);
-                if let Err(e) = self.maybe_rewrite(partition, records) {
+            for partition in self.owned_partitions() {
+                if let Err(e) = self.maybe_rewrite(partition) {
                     tracing::error!(partition, error = %format!("{e:#}"), "rewriting a coordinator log partition failed");
                 }
             }

@@ -5,14 +5,19 @@
 //! version. Responses are already shaped for the version (fields a version lacks are left at their defaults).
 //!
 //! State lives in memory ([`classic`]) and every change a restart must see is first appended to the
-//! `__consumer_offsets` partitions ([`store`]) in Kafka's record schemas ([`records`]); [`GroupCoordinator::open`]
-//! replays them. See docs/decisions/0002-group-coordinator.md.
+//! `__consumer_offsets` topic in Kafka's record schemas ([`records`], [`store`]). That topic is an ordinary topic
+//! of the [`ReplicaManager`], created on first use (by a [`OffsetsTopicCreator`]: the local log manager on a single
+//! node, the controller in a cluster). As in Kafka, this broker coordinates the groups of the partitions it leads:
+//! [`GroupCoordinator::reconcile`] loads (replays) a partition when this broker becomes its leader and unloads it
+//! when it stops leading it. See docs/decisions/0002-group-coordinator.md.
 //!
 //! Timers (session and rebalance timeouts, the initial rebalance delay, offsets retention) are deadlines kept in
 //! the state; one tokio task sleeps until the earliest and then fires what is due.
 //!
 //! Wiring into a dispatcher:
-//! - At start: `GroupCoordinator::open(data_dir, config)` inside the runtime; at shutdown: `shutdown().await`.
+//! - At start: `GroupCoordinator::start(replica_manager, creator, config, single_node)` inside the runtime (or
+//!   `GroupCoordinator::open(data_dir, config)`, which opens a replica manager of its own); after every change of
+//!   partition leadership: `reconcile()`; at shutdown: `shutdown().await`.
 //! - Route every API key for which [`GroupCoordinator::handles`] is true here; advertise exactly
 //!   [`GroupCoordinator::api_versions`] for them in ApiVersions.
 //! - JoinGroup needs the header's client id and the peer address ([`ClientInfo`], host as `/127.0.0.1`);
@@ -28,7 +33,10 @@ mod offsets;
 pub mod records;
 mod store;
 
+use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -36,8 +44,10 @@ use kafka_protocol::messages::*;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use classic::State;
+use classic::{CommitWait, State};
 pub use store::TOPIC as OFFSETS_TOPIC;
+
+use crate::replica::{Partition, ReplicaManager};
 
 /// Kafka error codes the coordinator answers with.
 pub mod code {
@@ -45,6 +55,7 @@ pub mod code {
     pub const UNKNOWN_SERVER_ERROR: i16 = -1;
     pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
     pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
+    pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
     pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     pub const NOT_COORDINATOR: i16 = 16;
     pub const ILLEGAL_GENERATION: i16 = 22;
@@ -70,8 +81,15 @@ pub mod code {
 /// Coordinator settings, named after Kafka's broker configs.
 #[derive(Debug, Clone)]
 pub struct GroupConfig {
-    /// `offsets.topic.num.partitions` (50). Partitions are opened lazily, so a high count costs nothing at boot.
+    /// `offsets.topic.num.partitions` (50): the partition count `__consumer_offsets` is created with. Once the
+    /// topic exists its own count decides where a group lives.
     pub offsets_topic_num_partitions: u32,
+    /// `offsets.topic.replication.factor` (3), capped at the live brokers when the topic is created.
+    pub offsets_topic_replication_factor: i16,
+    /// `offsets.topic.segment.bytes` (104857600).
+    pub offsets_topic_segment_bytes: i64,
+    /// `offsets.commit.timeout.ms` (5000): how long a write waits to be committed before its request fails.
+    pub offsets_commit_timeout_ms: u64,
     /// `group.initial.rebalance.delay.ms` (3000): how long an empty group waits for more members to join.
     pub initial_rebalance_delay_ms: u64,
     /// `group.min.session.timeout.ms` (6000).
@@ -86,12 +104,13 @@ pub struct GroupConfig {
     pub offsets_retention_check_interval_ms: u64,
     /// `offset.metadata.max.bytes` (4096).
     pub offset_metadata_max_bytes: usize,
-    /// fsync the coordinator log before answering a request that wrote to it. Commits survive kill -9 either
-    /// way (the page cache outlives the process); this adds power-loss durability at ~1 fsync per request
-    /// (concurrent requests share one).
+    /// Create `__consumer_offsets` with `flush.messages=1`: its high watermark is then the fsynced offset, so a
+    /// write is answered only after its fsync (the partition's group commit; concurrent requests share one).
+    /// Commits survive kill -9 either way (the page cache outlives the process); this adds power-loss
+    /// durability.
     pub sync_writes: bool,
-    /// On open, a partition holding more than this many records, and more than twice its live records, is
-    /// rewritten with only the live ones (the engine has no compaction yet).
+    /// Single node: a partition holding more than this many records, and more than twice its live records, has
+    /// its dead prefix replaced by a snapshot of the live ones (the engine has no compaction yet).
     pub rewrite_min_records: u64,
     /// `group.consumer.session.timeout.ms` (45000): KIP-848 members are fenced after this without a heartbeat.
     pub consumer_session_timeout_ms: i32,
@@ -103,6 +122,9 @@ impl Default for GroupConfig {
     fn default() -> Self {
         GroupConfig {
             offsets_topic_num_partitions: 50,
+            offsets_topic_replication_factor: 3,
+            offsets_topic_segment_bytes: 100 * 1024 * 1024,
+            offsets_commit_timeout_ms: 5000,
             initial_rebalance_delay_ms: 3000,
             min_session_timeout_ms: 6000,
             max_session_timeout_ms: 1_800_000,
@@ -160,11 +182,45 @@ pub struct CommittedOffset {
     pub commit_timestamp_ms: i64,
 }
 
-/// The consumer-group coordinator. `Send + Sync`; use it behind the `Arc` that [`GroupCoordinator::open`]
+/// A boxed future, for the object-safe [`OffsetsTopicCreator`].
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What `__consumer_offsets` is created with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetsTopicSpec {
+    pub partitions: i32,
+    /// `offsets.topic.replication.factor`; the creator caps it at the live brokers.
+    pub replication_factor: i16,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// Creates `__consumer_offsets` through the broker's normal topic-creation path. Returns once the topic is in
+/// this broker's replica manager (or failed).
+pub trait OffsetsTopicCreator: Send + Sync {
+    fn create(&self, spec: OffsetsTopicSpec) -> BoxFuture<'_, anyhow::Result<()>>;
+}
+
+/// A single node: the local log manager creates the topic, and this broker leads every partition.
+pub struct LocalOffsetsTopic(pub Arc<ReplicaManager>);
+
+impl OffsetsTopicCreator for LocalOffsetsTopic {
+    fn create(&self, spec: OffsetsTopicSpec) -> BoxFuture<'_, anyhow::Result<()>> {
+        let rm = self.0.clone();
+        Box::pin(async move {
+            crate::blocking(move || rm.create_topic(OFFSETS_TOPIC, spec.partitions, spec.configs))
+                .await
+                .map(|_| ())
+        })
+    }
+}
+
+/// The consumer-group coordinator. `Send + Sync`; use it behind the `Arc` that [`GroupCoordinator::start`]
 /// returns. Needs a tokio runtime (for its timer task).
 pub struct GroupCoordinator {
     shared: Arc<Shared>,
     timer: tokio::task::JoinHandle<()>,
+    /// Set when [`GroupCoordinator::open`] opened the replica manager itself: it closes it at shutdown.
+    standalone: Option<tokio::sync::watch::Sender<bool>>,
 }
 
 impl Drop for GroupCoordinator {
@@ -179,6 +235,12 @@ pub(crate) struct Shared {
     /// Wakes the timer task when a new deadline may be earlier than the one it sleeps on.
     wake: Notify,
     config: GroupConfig,
+    replicas: Arc<ReplicaManager>,
+    creator: Arc<dyn OffsetsTopicCreator>,
+    /// One creation of `__consumer_offsets` at a time.
+    creating: tokio::sync::Mutex<()>,
+    /// Single node: mostly dead partitions are rewritten (never in a cluster, where replicas must not diverge).
+    rewrite_enabled: bool,
 }
 
 /// The APIs and versions the coordinator implements (and its tests cover): what ApiVersions should advertise
@@ -200,23 +262,138 @@ const API_VERSIONS: &[(i16, i16, i16)] = &[
 ];
 
 impl GroupCoordinator {
-    /// Opens (creating if needed) the coordinator's log under `data_dir` (`<data_dir>/__consumer_offsets-<n>/`),
-    /// replays it, and starts the timer task. Must be called inside a tokio runtime.
+    /// A standalone single-node coordinator on `data_dir` (tests and tools): opens a replica manager of its own
+    /// on that directory and closes it at [`GroupCoordinator::shutdown`]. Must be called inside a tokio runtime.
     pub fn open(data_dir: &Path, config: GroupConfig) -> anyhow::Result<Arc<Self>> {
+        let broker = crate::BrokerConfig::load(None, &[], Some(data_dir.to_path_buf()), None)?;
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let replicas = Arc::new(ReplicaManager::open(&broker, stop_rx)?);
+        let creator = Arc::new(LocalOffsetsTopic(replicas.clone()));
+        let mut coordinator = Self::build(replicas, creator, config, true)?;
+        coordinator.standalone = Some(stop_tx);
+        Ok(Arc::new(coordinator))
+    }
+
+    /// The broker's coordinator over its replica manager. On a single node (`single_node`) a data directory
+    /// written when the coordinator kept its own logs is adopted first (its `__consumer_offsets-<n>/`
+    /// directories already have a partition's layout: the topic is registered over them, nothing is copied),
+    /// and the partitions are loaded before this returns, as the broker led them all at open. In a cluster the
+    /// partitions load as the metadata makes this broker their leader ([`GroupCoordinator::reconcile`]).
+    /// Must be called inside a tokio runtime.
+    pub fn start(
+        replicas: Arc<ReplicaManager>,
+        creator: Arc<dyn OffsetsTopicCreator>,
+        config: GroupConfig,
+        single_node: bool,
+    ) -> anyhow::Result<Arc<Self>> {
+        Ok(Arc::new(Self::build(
+            replicas,
+            creator,
+            config,
+            single_node,
+        )?))
+    }
+
+    fn build(
+        replicas: Arc<ReplicaManager>,
+        creator: Arc<dyn OffsetsTopicCreator>,
+        config: GroupConfig,
+        single_node: bool,
+    ) -> anyhow::Result<GroupCoordinator> {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| anyhow::anyhow!("the group coordinator needs a tokio runtime"))?;
         anyhow::ensure!(
             config.offsets_topic_num_partitions >= 1,
             "offsets.topic.num.partitions must be at least 1"
         );
-        let state = State::open(data_dir, config.clone())?;
+        if single_node && replicas.topic(OFFSETS_TOPIC).is_none() {
+            adopt_legacy_partitions(&replicas, &config)?;
+        }
         let shared = Arc::new(Shared {
-            state: Mutex::new(state),
+            state: Mutex::new(State::new(config.clone(), single_node)),
             wake: Notify::new(),
+            creator,
+            replicas,
+            creating: tokio::sync::Mutex::new(()),
+            rewrite_enabled: single_node,
             config,
         });
+        if single_node {
+            // As before the topic existed: the groups are in memory when the broker starts serving.
+            for (partition, leader_epoch, part) in begin_loads(&shared) {
+                load_partition(&shared, partition, leader_epoch, part);
+            }
+            let groups = shared.state.lock().groups.len();
+            tracing::info!(groups, "group coordinator loaded");
+        }
         let timer = runtime.spawn(timer_task(Arc::downgrade(&shared)));
-        Ok(Arc::new(GroupCoordinator { shared, timer }))
+        Ok(GroupCoordinator {
+            shared,
+            timer,
+            standalone: None,
+        })
+    }
+
+    /// Makes the coordinated partitions match the partitions of `__consumer_offsets` this broker leads: loads
+    /// (in the background) each one it has become leader of, unloads each one it no longer leads. Idempotent;
+    /// call it after every change of partition leadership (the timer task also calls it every second).
+    pub fn reconcile(&self) {
+        reconcile(&self.shared);
+    }
+
+    /// Creates `__consumer_offsets` if it does not exist yet and loads the partitions this broker leads.
+    /// COORDINATOR_NOT_AVAILABLE if the topic could not be created (clients retry).
+    pub async fn ensure_offsets_topic(&self) -> Result<(), i16> {
+        let shared = &self.shared;
+        if shared.replicas.topic(OFFSETS_TOPIC).is_some() {
+            return Ok(());
+        }
+        let _one = shared.creating.lock().await;
+        if shared.replicas.topic(OFFSETS_TOPIC).is_none() {
+            let spec = offsets_topic_spec(&shared.config);
+            if let Err(e) = shared.creator.create(spec).await {
+                tracing::warn!(error = %format!("{e:#}"), "cannot create {OFFSETS_TOPIC}");
+                return Err(code::COORDINATOR_NOT_AVAILABLE);
+            }
+            tracing::info!("created {OFFSETS_TOPIC}");
+        }
+        for handle in reconcile(shared) {
+            let _ = handle.await;
+        }
+        Ok(())
+    }
+
+    /// Whether this broker serves requests for `group` now: creates `__consumer_offsets` on first use, then
+    /// NOT_COORDINATOR if this broker does not lead the group's partition, COORDINATOR_LOAD_IN_PROGRESS while
+    /// it loads it. An empty group id passes (the APIs answer INVALID_GROUP_ID themselves).
+    async fn ready(&self, group: &str) -> Result<(), i16> {
+        if group.is_empty() {
+            return Ok(());
+        }
+        self.ensure_offsets_topic().await?;
+        match self.shared.state.lock().coordinator_error(group) {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+
+    /// [`GroupCoordinator::ready`] for several groups: each one's error, `None` where it is served here.
+    async fn errors_of(&self, groups: &[String]) -> Vec<Option<i16>> {
+        let mut out = Vec::with_capacity(groups.len());
+        for g in groups {
+            out.push(self.ready(g).await.err());
+        }
+        out
+    }
+
+    /// The replica manager whose `__consumer_offsets` partitions this coordinator writes to.
+    pub fn replica_manager(&self) -> &Arc<ReplicaManager> {
+        &self.shared.replicas
+    }
+
+    /// The partition of `__consumer_offsets` that holds `group`.
+    pub fn partition_for(&self, group: &str) -> u32 {
+        self.shared.state.lock().partition_for_group(group)
     }
 
     /// `(api key, min version, max version)` for every API this coordinator serves.
@@ -241,10 +418,13 @@ impl GroupCoordinator {
         api_version: i16,
         client: &ClientInfo,
     ) -> JoinGroupResponse {
+        if let Err(error) = self.ready(req.group_id.0.as_str()).await {
+            return classic::join_error(error, api_version).with_member_id(req.member_id);
+        }
         let (outcome, syncs) = {
             let mut state = self.shared.state.lock();
             let outcome = state.join_group(req, api_version, client, Instant::now());
-            (outcome, state.take_syncs())
+            (outcome, state.take_waits())
         };
         self.after_change(syncs).await;
         match outcome {
@@ -257,10 +437,13 @@ impl GroupCoordinator {
 
     /// SyncGroup. Long-polls until the leader's assignment arrives.
     pub async fn sync_group(&self, req: SyncGroupRequest, api_version: i16) -> SyncGroupResponse {
+        if let Err(error) = self.ready(req.group_id.0.as_str()).await {
+            return classic::sync_error(error);
+        }
         let (outcome, syncs) = {
             let mut state = self.shared.state.lock();
             let outcome = state.sync_group(req, api_version, Instant::now());
-            (outcome, state.take_syncs())
+            (outcome, state.take_waits())
         };
         self.after_change(syncs).await;
         match outcome {
@@ -272,10 +455,13 @@ impl GroupCoordinator {
     }
 
     pub async fn heartbeat(&self, req: HeartbeatRequest, _api_version: i16) -> HeartbeatResponse {
+        if let Err(error) = self.ready(req.group_id.0.as_str()).await {
+            return HeartbeatResponse::default().with_error_code(error);
+        }
         let (error, syncs) = {
             let mut state = self.shared.state.lock();
             let error = state.heartbeat(&req, Instant::now());
-            (error, state.take_syncs())
+            (error, state.take_waits())
         };
         self.after_change(syncs).await;
         HeartbeatResponse::default().with_error_code(error)
@@ -286,10 +472,13 @@ impl GroupCoordinator {
         req: LeaveGroupRequest,
         api_version: i16,
     ) -> LeaveGroupResponse {
+        if let Err(error) = self.ready(req.group_id.0.as_str()).await {
+            return LeaveGroupResponse::default().with_error_code(error);
+        }
         let (resp, syncs) = {
             let mut state = self.shared.state.lock();
             let resp = state.leave_group(req, api_version, Instant::now());
-            (resp, state.take_syncs())
+            (resp, state.take_waits())
         };
         self.after_change(syncs).await;
         resp
@@ -303,10 +492,13 @@ impl GroupCoordinator {
         api_version: i16,
         topics: &dyn TopicCatalog,
     ) -> OffsetCommitResponse {
+        if let Err(error) = self.ready(req.group_id.0.as_str()).await {
+            return offsets::commit_error(&req, error);
+        }
         let (mut resp, syncs) = {
             let mut state = self.shared.state.lock();
             let resp = state.offset_commit(req, api_version, topics, Instant::now());
-            (resp, state.take_syncs())
+            (resp, state.take_waits())
         };
         if !self.after_change(syncs).await {
             offsets::fail_commit(&mut resp, code::COORDINATOR_NOT_AVAILABLE);
@@ -319,7 +511,33 @@ impl GroupCoordinator {
         req: OffsetFetchRequest,
         api_version: i16,
     ) -> OffsetFetchResponse {
-        self.shared.state.lock().offset_fetch(req, api_version)
+        if api_version < 8 {
+            if let Err(error) = self.ready(req.group_id.0.as_str()).await {
+                return offsets::fetch_error(&req, api_version, error);
+            }
+            return self.shared.state.lock().offset_fetch(req, api_version);
+        }
+        let ids: Vec<String> = req
+            .groups
+            .iter()
+            .map(|g| g.group_id.0.to_string())
+            .collect();
+        let errors = self.errors_of(&ids).await;
+        let (mut served, mut refused) = (req.clone(), Vec::new());
+        served.groups.clear();
+        for (g, error) in req.groups.into_iter().zip(errors) {
+            match error {
+                None => served.groups.push(g),
+                Some(e) => refused.push(
+                    offset_fetch_response::OffsetFetchResponseGroup::default()
+                        .with_group_id(g.group_id)
+                        .with_error_code(e),
+                ),
+            }
+        }
+        let mut resp = self.shared.state.lock().offset_fetch(served, api_version);
+        resp.groups.extend(refused);
+        resp
     }
 
     /// OffsetDelete. Partitions of topics `topics` does not know get UNKNOWN_TOPIC_OR_PARTITION, as Kafka.
@@ -329,10 +547,13 @@ impl GroupCoordinator {
         _api_version: i16,
         topics: &dyn TopicCatalog,
     ) -> OffsetDeleteResponse {
+        if let Err(error) = self.ready(req.group_id.0.as_str()).await {
+            return OffsetDeleteResponse::default().with_error_code(error);
+        }
         let (resp, syncs) = {
             let mut state = self.shared.state.lock();
             let resp = state.offset_delete(req, topics);
-            (resp, state.take_syncs())
+            (resp, state.take_waits())
         };
         self.after_change(syncs).await;
         resp
@@ -343,7 +564,27 @@ impl GroupCoordinator {
         req: DescribeGroupsRequest,
         api_version: i16,
     ) -> DescribeGroupsResponse {
-        self.shared.state.lock().describe_groups(req, api_version)
+        let ids: Vec<String> = req.groups.iter().map(|g| g.0.to_string()).collect();
+        let errors = self.errors_of(&ids).await;
+        let (mut served, mut refused) = (req.clone(), Vec::new());
+        served.groups.clear();
+        for (g, error) in req.groups.into_iter().zip(errors) {
+            match error {
+                None => served.groups.push(g),
+                Some(e) => refused.push(
+                    describe_groups_response::DescribedGroup::default()
+                        .with_group_id(g)
+                        .with_error_code(e),
+                ),
+            }
+        }
+        let mut resp = self
+            .shared
+            .state
+            .lock()
+            .describe_groups(served, api_version);
+        resp.groups.extend(refused);
+        resp
     }
 
     pub async fn list_groups(
@@ -359,12 +600,27 @@ impl GroupCoordinator {
         req: DeleteGroupsRequest,
         _api_version: i16,
     ) -> DeleteGroupsResponse {
-        let (resp, syncs) = {
+        let ids: Vec<String> = req.groups_names.iter().map(|g| g.0.to_string()).collect();
+        let errors = self.errors_of(&ids).await;
+        let (mut served, mut refused) = (req.clone(), Vec::new());
+        served.groups_names.clear();
+        for (g, error) in req.groups_names.into_iter().zip(errors) {
+            match error {
+                None => served.groups_names.push(g),
+                Some(e) => refused.push(
+                    delete_groups_response::DeletableGroupResult::default()
+                        .with_group_id(g)
+                        .with_error_code(e),
+                ),
+            }
+        }
+        let (mut resp, syncs) = {
             let mut state = self.shared.state.lock();
-            let resp = state.delete_groups(req);
-            (resp, state.take_syncs())
+            let resp = state.delete_groups(served);
+            (resp, state.take_waits())
         };
         self.after_change(syncs).await;
+        resp.results.extend(refused);
         resp
     }
 
@@ -387,14 +643,17 @@ impl GroupCoordinator {
         client: &ClientInfo,
         topics: &dyn TopicCatalog,
     ) -> ConsumerGroupHeartbeatResponse {
-        let resp = self.shared.state.lock().consumer_heartbeat(
-            req,
-            api_version,
-            client,
-            topics,
-            Instant::now(),
-        );
-        self.shared.wake.notify_one();
+        if let Err(error) = self.ready(req.group_id.0.as_str()).await {
+            return ConsumerGroupHeartbeatResponse::default()
+                .with_error_code(error)
+                .with_member_id(Some(req.member_id));
+        }
+        let (resp, syncs) = {
+            let mut state = self.shared.state.lock();
+            let resp = state.consumer_heartbeat(req, api_version, client, topics, Instant::now());
+            (resp, state.take_waits())
+        };
+        self.after_change(syncs).await;
         resp
     }
 
@@ -405,10 +664,27 @@ impl GroupCoordinator {
         _api_version: i16,
         topics: &dyn TopicCatalog,
     ) -> ConsumerGroupDescribeResponse {
-        self.shared
+        let ids: Vec<String> = req.group_ids.iter().map(|g| g.0.to_string()).collect();
+        let errors = self.errors_of(&ids).await;
+        let (mut served, mut refused) = (req.clone(), Vec::new());
+        served.group_ids.clear();
+        for (g, error) in req.group_ids.into_iter().zip(errors) {
+            match error {
+                None => served.group_ids.push(g),
+                Some(e) => refused.push(
+                    consumer_group_describe_response::DescribedGroup::default()
+                        .with_group_id(g)
+                        .with_error_code(e),
+                ),
+            }
+        }
+        let mut resp = self
+            .shared
             .state
             .lock()
-            .consumer_group_describe(req, topics)
+            .consumer_group_describe(served, topics);
+        resp.groups.extend(refused);
+        resp
     }
 
     /// Committed offsets of `group` (empty if it has none), sorted by topic and partition.
@@ -416,45 +692,204 @@ impl GroupCoordinator {
         self.shared.state.lock().committed_offsets(group)
     }
 
-    /// Flushes and closes the log cleanly. Pending JoinGroup/SyncGroup calls answer NOT_COORDINATOR; later
-    /// calls may still be answered from memory but nothing more is written durably.
+    /// Stops coordinating: pending JoinGroup/SyncGroup calls answer NOT_COORDINATOR, later calls get
+    /// NOT_COORDINATOR, and the partitions are released to the replica manager (which closes them; a standalone
+    /// coordinator closes its own).
     pub async fn shutdown(&self) {
-        let shared = self.shared.clone();
-        let _ = tokio::task::spawn_blocking(move || shared.state.lock().shutdown()).await;
+        self.shared.state.lock().shutdown();
         self.shared.wake.notify_one();
+        if self.standalone.is_some() {
+            let _ = self.standalone.as_ref().map(|s| s.send(true));
+            let rm = self.shared.replicas.clone();
+            crate::blocking(move || rm.close_all()).await;
+        }
     }
 
-    /// Runs the fsyncs a change needs (outside the lock) and wakes the timer task for new deadlines.
-    /// Returns false when an fsync failed.
-    async fn after_change(&self, syncs: Vec<store::PendingSync>) -> bool {
+    /// Waits until a change's writes are committed (outside the lock) and wakes the timer task for new
+    /// deadlines. Returns false when a write did not commit in time.
+    async fn after_change(&self, waits: Vec<CommitWait>) -> bool {
         self.shared.wake.notify_one();
-        run_syncs(&self.shared, syncs).await
+        run_waits(&self.shared, waits).await
     }
 }
 
-async fn run_syncs(shared: &Arc<Shared>, syncs: Vec<store::PendingSync>) -> bool {
-    if syncs.is_empty() {
+/// Waits for each write to be committed: its partition's high watermark past it (after the group-commit fsync
+/// for a durable partition), within `offsets.commit.timeout.ms`. False if one did not make it.
+async fn run_waits(shared: &Arc<Shared>, waits: Vec<CommitWait>) -> bool {
+    if waits.is_empty() {
         return true;
     }
-    let done = {
-        let shared = shared.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut ok = true;
-            let mut flushed = Vec::new();
-            for s in syncs {
-                match (s.sync)() {
-                    Ok(()) => flushed.push((s.partition, s.epoch, s.upto)),
-                    Err(e) => {
-                        tracing::error!(partition = s.partition, error = %e, "fsync of {} failed", store::TOPIC);
-                        ok = false;
-                    }
+    let deadline = tokio::time::Instant::now()
+        + Duration::from_millis(shared.config.offsets_commit_timeout_ms);
+    let mut ok = true;
+    for w in waits {
+        if let Some(durable) = w.durable {
+            match durable.await {
+                Ok(()) => w.part.high_watermark_moved(),
+                Err(e) => {
+                    tracing::error!(partition = %w.part.name(), error = %e, "fsync of a group coordinator write failed");
+                    ok = false;
+                    continue;
                 }
             }
-            shared.state.lock().mark_flushed(&flushed);
-            ok
+        }
+        if !wait_for_high_watermark(&w.part, w.last_offset + 1, deadline).await {
+            tracing::warn!(partition = %w.part.name(), offset = w.last_offset, "a group coordinator write was not committed in time");
+            ok = false;
+        }
+    }
+    ok
+}
+
+/// How often a commit wait looks at the high watermark when the partition has no room for another watcher.
+const HIGH_WATERMARK_POLL: Duration = Duration::from_millis(10);
+
+/// Waits until `part`'s high watermark reaches `target`, woken by the partition's high-watermark moves. False at
+/// `deadline` or once this broker no longer leads the partition.
+async fn wait_for_high_watermark(
+    part: &Partition,
+    target: i64,
+    deadline: tokio::time::Instant,
+) -> bool {
+    let waiter = Arc::new(Notify::new());
+    loop {
+        // Watch before looking, so a move between the look and the wait still wakes us.
+        let watching = part.watchers().watch(&waiter);
+        let reached = part.high_watermark() >= target;
+        if reached || !part.is_leader() || tokio::time::Instant::now() >= deadline {
+            part.watchers().unwatch(&waiter);
+            return reached;
+        }
+        let until = if watching {
+            deadline
+        } else {
+            (tokio::time::Instant::now() + HIGH_WATERMARK_POLL).min(deadline)
+        };
+        tokio::select! {
+            _ = waiter.notified() => {}
+            _ = tokio::time::sleep_until(until) => {}
+        }
+        part.watchers().unwatch(&waiter);
+    }
+}
+
+/// The configs `__consumer_offsets` is created with, as Kafka's (`cleanup.policy=compact`,
+/// `offsets.topic.segment.bytes`), plus a message size that fits a commit of many partitions and, with
+/// `sync_writes`, `flush.messages=1`.
+fn offsets_topic_spec(config: &GroupConfig) -> OffsetsTopicSpec {
+    let mut configs = BTreeMap::new();
+    configs.insert("cleanup.policy".to_string(), "compact".to_string());
+    configs.insert(
+        "segment.bytes".to_string(),
+        config.offsets_topic_segment_bytes.to_string(),
+    );
+    configs.insert(
+        "max.message.bytes".to_string(),
+        OFFSETS_MAX_MESSAGE_BYTES.to_string(),
+    );
+    if config.sync_writes {
+        configs.insert("flush.messages".to_string(), "1".to_string());
+    }
+    OffsetsTopicSpec {
+        partitions: i32::try_from(config.offsets_topic_num_partitions).unwrap_or(i32::MAX),
+        replication_factor: config.offsets_topic_replication_factor,
+        configs,
+    }
+}
+
+/// The largest coordinator batch `__consumer_offsets` accepts (a commit of many partitions is one batch).
+const OFFSETS_MAX_MESSAGE_BYTES: i64 = 100 * 1024 * 1024;
+
+/// `__consumer_offsets` not registered yet: if the data directory holds the partitions the
+/// coordinator used to keep as its own logs, registers the topic over them (same directories, same files).
+pub fn adopt_legacy_partitions(replicas: &ReplicaManager, config: &GroupConfig) -> anyhow::Result<()> {
+    let dir = replicas.log_manager().data_dir().to_path_buf();
+    let present = store::prepare_legacy_dir(&dir, config.offsets_topic_num_partitions)?;
+    if present.is_empty() {
+        return Ok(());
+    }
+    let spec = offsets_topic_spec(config);
+    replicas.create_topic(OFFSETS_TOPIC, spec.partitions, spec.configs)?;
+    tracing::info!(
+        partitions = present.len(),
+        "registered the existing {OFFSETS_TOPIC} partitions as a topic"
+    );
+    Ok(())
+}
+
+/// Marks the partitions this broker newly leads as loading and unloads those it no longer leads; returns the
+/// ones to load.
+fn begin_loads(shared: &Arc<Shared>) -> Vec<(u32, i32, Arc<Partition>)> {
+    let parts = shared.replicas.partitions_of(OFFSETS_TOPIC);
+    let mut state = shared.state.lock();
+    if state.is_closed() {
+        return Vec::new();
+    }
+    if !parts.is_empty() {
+        state.writer.num_partitions = parts.len() as u32;
+    }
+    let mut led = std::collections::HashSet::new();
+    let mut to_load = Vec::new();
+    for part in parts {
+        if !part.is_leader() {
+            continue;
+        }
+        let Ok(partition) = u32::try_from(part.index()) else {
+            continue;
+        };
+        led.insert(partition);
+        let leader_epoch = part.leader_epoch();
+        if state.owned_epoch(partition) != Some(leader_epoch) {
+            tracing::info!(partition = %part.name(), leader_epoch, "becoming the coordinator: loading");
+            state.begin_load(partition, leader_epoch);
+            to_load.push((partition, leader_epoch, part));
+        }
+    }
+    for partition in state.owned_partitions() {
+        if !led.contains(&partition) {
+            state.unload(partition);
+        }
+    }
+    to_load
+}
+
+/// See [`GroupCoordinator::reconcile`]; returns the load tasks started.
+fn reconcile(shared: &Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>> {
+    begin_loads(shared)
+        .into_iter()
+        .map(|(partition, leader_epoch, part)| {
+            let shared = shared.clone();
+            tokio::task::spawn_blocking(move || {
+                load_partition(&shared, partition, leader_epoch, part)
+            })
         })
-    };
-    done.await.unwrap_or(false)
+        .collect()
+}
+
+/// Replays one partition and installs its groups, unless leadership moved meanwhile. Blocking.
+fn load_partition(shared: &Arc<Shared>, partition: u32, leader_epoch: i32, part: Arc<Partition>) {
+    let started = Instant::now();
+    match classic::load(&part, partition, &shared.config, shared.rewrite_enabled) {
+        Ok(loaded) => {
+            let groups = loaded.groups.len();
+            if shared
+                .state
+                .lock()
+                .install(partition, leader_epoch, part.clone(), loaded)
+            {
+                tracing::debug!(partition = %part.name(), groups, took_ms = started.elapsed().as_millis() as u64, "coordinator loaded");
+            }
+        }
+        Err(e) => {
+            // Forget the attempt; the next reconcile (at most a second away) tries again if still leader.
+            tracing::error!(partition = %part.name(), error = %format!("{e:#}"), "cannot load the coordinator's partition");
+            let mut state = shared.state.lock();
+            if state.owned_epoch(partition) == Some(leader_epoch) {
+                state.unload(partition);
+            }
+        }
+    }
+    shared.wake.notify_one();
 }
 
 /// Sleeps until the earliest deadline (or a wake-up), fires what is due, repeats; ends when the coordinator is
@@ -464,17 +899,19 @@ async fn timer_task(shared: Weak<Shared>) {
         let Some(strong) = shared.upgrade() else {
             return;
         };
+        // A backstop for leadership changes nobody told us about (a deleted topic, a missed hook).
+        drop(reconcile(&strong));
         let (next, syncs, closed) = {
             let mut state = strong.state.lock();
             let next = state.on_timer(Instant::now());
-            (next, state.take_syncs(), state.is_closed())
+            (next, state.take_waits(), state.is_closed())
         };
         if closed {
             return;
         }
         if !syncs.is_empty() {
             let s = strong.clone();
-            tokio::spawn(async move { run_syncs(&s, syncs).await });
+            tokio::spawn(async move { run_waits(&s, syncs).await });
         }
         let sleep_for = next
             .map(|n| n.saturating_duration_since(Instant::now()))

@@ -505,3 +505,52 @@ pub(super) fn fail_commit(resp: &mut OffsetCommitResponse, error: i16) {
         }
     }
 }
+
+/// An OffsetCommit answer that refuses every partition with `error` (NOT_COORDINATOR and the like).
+pub(super) fn commit_error(req: &OffsetCommitRequest, error: i16) -> OffsetCommitResponse {
+    let mut resp = OffsetCommitResponse::default();
+    for topic in &req.topics {
+        let mut t = OffsetCommitResponseTopic::default().with_name(topic.name.clone());
+        for p in &topic.partitions {
+            t.partitions.push(
+                OffsetCommitResponsePartition::default()
+                    .with_partition_index(p.partition_index)
+                    .with_error_code(error),
+            );
+        }
+        resp.topics.push(t);
+    }
+    resp
+}
+
+/// An OffsetFetch answer (v0-7, one group) that refuses the group with `error`: the top-level code from v2, and
+/// on every requested partition (where v0-1 carry it), as Kafka answers.
+pub(super) fn fetch_error(
+    req: &OffsetFetchRequest,
+    version: i16,
+    error: i16,
+) -> OffsetFetchResponse {
+    let mut resp = OffsetFetchResponse::default();
+    if version >= 2 {
+        resp.error_code = error;
+    }
+    for topic in req.topics.iter().flatten() {
+        resp.topics.push(
+            OffsetFetchResponseTopic::default()
+                .with_name(topic.name.clone())
+                .with_partitions(
+                    topic
+                        .partition_indexes
+                        .iter()
+                        .map(|&p| {
+                            OffsetFetchResponsePartition::default()
+                                .with_partition_index(p)
+                                .with_committed_offset(-1)
+                                .with_error_code(error)
+                        })
+                        .collect(),
+                ),
+        );
+    }
+    resp
+}
