@@ -31,6 +31,16 @@ impl LogConfig {
     pub const DEFAULT_MAX_MESSAGE_BYTES: u32 = 1_048_588;
     /// The largest segment we can address: index positions are 32-bit, as in Kafka.
     pub const SEGMENT_BYTES_MAX: u64 = i32::MAX as u64;
+
+    /// The most one batch's records may decompress to when the engine reads them (timestamp lookups, the
+    /// cleaner, recompression): 16 times `max.message.bytes`, at least 64 MiB and at most 1 GiB. Producers cap
+    /// a batch's uncompressed size near `max.message.bytes`, so only a decompression bomb reaches this; it is
+    /// an error, never an allocation.
+    pub fn decompressed_batch_limit(&self) -> usize {
+        (self.max_message_bytes as usize)
+            .saturating_mul(16)
+            .clamp(64 << 20, 1 << 30)
+    }
 }
 
 impl Default for LogConfig {

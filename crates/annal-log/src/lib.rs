@@ -27,6 +27,7 @@ mod group_commit;
 mod index;
 mod log;
 pub mod producer;
+pub mod records;
 mod roll_flush;
 mod segment;
 mod slice;

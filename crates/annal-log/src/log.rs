@@ -560,14 +560,18 @@ impl Log {
     }
 
     /// The first offset at or after the log start whose record timestamp is >= `timestamp`, and that timestamp
-    /// (ListOffsets by time). For compressed batches the precision is the batch (records are not decompressed).
+    /// (ListOffsets by time). Exact to the record in every codec, as Kafka is.
     pub fn offset_for_timestamp(&self, timestamp: i64) -> crate::Result<Option<(i64, i64)>> {
         for seg in self
             .segments
             .values()
             .filter(|s| s.next_offset() > self.log_start_offset)
         {
-            if let Some(found) = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)? {
+            if let Some(found) = seg.find_offset_by_timestamp(
+                timestamp,
+                self.log_start_offset,
+                self.config.decompressed_batch_limit(),
+            )? {
                 return Ok(Some(found));
             }
         }
@@ -576,8 +580,8 @@ impl Log {
 
     /// The largest timestamp in the log and the last offset of the batch that carries it.
     ///
-    /// The offset is the first record carrying that timestamp (as Kafka answers ListOffsets MAX_TIMESTAMP) when
-    /// the batch is uncompressed; for a compressed batch it is the batch's last offset.
+    /// The offset is the first record carrying that timestamp, in every codec (as Kafka answers ListOffsets
+    /// MAX_TIMESTAMP); the batch's last offset only if its records cannot be read.
     pub fn max_timestamp(&self) -> Option<(i64, i64)> {
         let (segment, ts, batch_last_offset) = self
             .segments
@@ -592,7 +596,11 @@ impl Log {
                 },
             )?;
         let exact = segment
-            .first_offset_with_timestamp(batch_last_offset, ts)
+            .first_offset_with_timestamp(
+                batch_last_offset,
+                ts,
+                self.config.decompressed_batch_limit(),
+            )
             .unwrap_or(None);
         Some((
             ts,
