@@ -162,6 +162,8 @@ pub enum CleanOutcome {
 pub struct Cleaner {
     config: CleanerConfig,
     throttle: Arc<Mutex<Throttle>>,
+    /// Set to stop passes in flight (shutdown): they fail with an error and leave the log untouched.
+    stop: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Cleaner {
@@ -170,7 +172,18 @@ impl Cleaner {
         Cleaner {
             config,
             throttle: Arc::new(Mutex::new(Throttle::new(rate))),
+            stop: Arc::default(),
         }
+    }
+
+    /// Stops this cleaner and its clones: passes in flight end with an error at their next batch (their
+    /// scratch output is removed; the log is untouched), and later passes fail at once.
+    pub fn stop(&self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.stop.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn config(&self) -> &CleanerConfig {
@@ -345,6 +358,13 @@ impl Cleaner {
         let mut position = 0u64;
         let mut bytes = Vec::new();
         while position < snapshot.size {
+            if self.is_stopped() {
+                return Err(LogError::Io {
+                    op: "clean (the cleaner was stopped)",
+                    path: segment_path(snapshot),
+                    source: std::io::Error::new(std::io::ErrorKind::Interrupted, "cleaner stopped"),
+                });
+            }
             let header = header_at(snapshot, position)?;
             bytes.resize(header.size(), 0);
             snapshot
