@@ -9,7 +9,9 @@ too (INTEROP_BROKER=kafka): the test describes Kafka's cleaner.
 
 import time
 
-from clients import ck_consume, ck_produce_all, ck_producer, create_topic
+import confluent_kafka as ck
+
+from clients import ck_consumer, ck_produce_all, ck_producer, create_topic
 from test_dump_log_segments import RECORD_RE, dump, kafka_classpath
 
 KEYS = 40
@@ -48,14 +50,31 @@ def test_compacted_topic_keeps_the_latest_value_of_each_key(own_broker):
     total = ROUNDS * KEYS + 1
 
     def snapshot():
-        got = ck_consume(b, topic, [0], 1 << 30, timeout=3)
-        return [(m.offset(), m.key(), m.value()) for m in got]
+        """Every record from the beginning up to the end (partition EOF)."""
+        consumer = ck_consumer(b, **{"enable.partition.eof": True})
+        out = []
+        try:
+            consumer.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is None:
+                    continue
+                if msg.error():
+                    if msg.error().code() == ck.KafkaError._PARTITION_EOF:
+                        return out
+                    raise AssertionError(f"consume error: {msg.error()}")
+                if msg.key() != b"sentinel":
+                    out.append((msg.offset(), msg.key(), msg.value()))
+            raise AssertionError("no partition EOF within 30s")
+        finally:
+            consumer.close()
 
     deadline = time.monotonic() + CLEAN_TIMEOUT_S
     while True:
         got = snapshot()
         keys_seen = [k for _, k, _ in got]
-        if len(got) <= KEYS + 1 and len(set(keys_seen)) == len(keys_seen):
+        if len(got) <= KEYS and len(set(keys_seen)) == len(keys_seen):
             break
         assert time.monotonic() < deadline, f"not compacted after {CLEAN_TIMEOUT_S}s: {len(got)} of {total} records"
         time.sleep(2)
