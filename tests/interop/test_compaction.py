@@ -101,3 +101,47 @@ def test_compacted_topic_keeps_the_latest_value_of_each_key(own_broker):
     assert len(dumped) < total, "the dump shows the cleaned log, not the original"
     indexes = sorted(part.glob("*.index")) + sorted(part.glob("*.timeindex"))
     dump(kafka_classpath(), indexes, "--index-sanity-check")
+
+
+def test_compacted_topic_refuses_records_without_a_key(broker, topic_name):
+    """Kafka's LogValidator: INVALID_RECORD (87) for a keyless record on a compacted topic, nothing stored."""
+    create_topic(broker, topic_name, partitions=1, config={"cleanup.policy": "compact"})
+    producer = ck_producer(broker, **{"linger.ms": 0, "enable.idempotence": False, "retries": 0,
+                                      "compression.type": "gzip"})
+    errors = []
+    producer.produce(topic_name, value=b"no key", partition=0,
+                     on_delivery=lambda err, msg: errors.append(err))
+    producer.flush(30)
+    assert len(errors) == 1 and errors[0] is not None, errors
+    assert errors[0].code() == ck.KafkaError.INVALID_RECORD, errors[0]
+    # A keyed record is fine, and lands at offset 0: the refused one took no offset.
+    reports = ck_produce_all(producer, topic_name, [(b"k", b"v", None, None)], partition=0)
+    assert reports[0].offset() == 0
+
+
+def test_topic_compression_type_recompresses_on_append(own_broker):
+    """compression.type=gzip: lz4 batches from the producer are stored as gzip; zstd on a zstd topic stays as sent."""
+    b = own_broker
+    create_topic(b, "recompressed", partitions=1, config={"compression.type": "gzip", "compression.gzip.level": "9"})
+    producer = ck_producer(b, **{"linger.ms": 50, "compression.type": "lz4", "enable.idempotence": False})
+    values = [(b"value-%d-" % i) * 10 for i in range(30)]
+    ck_produce_all(producer, "recompressed", [(b"k%d" % i, v, None, None) for i, v in enumerate(values)], partition=0)
+    consumer = ck_consumer(b)
+    try:
+        consumer.assign([ck.TopicPartition("recompressed", 0, ck.OFFSET_BEGINNING)])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < len(values) and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                got.append(msg.value())
+    finally:
+        consumer.close()
+    assert got == values
+    b.stop()
+    part = b.partition_dir("recompressed", 0)
+    if part is None:
+        return
+    out = dump(kafka_classpath(), sorted(part.glob("*.log")))
+    codecs = {line.split("compresscodec: ")[1].split()[0] for line in out.splitlines() if "compresscodec: " in line}
+    assert codecs == {"gzip"}, out[-2000:]

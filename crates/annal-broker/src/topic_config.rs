@@ -118,7 +118,25 @@ pub const TOPIC_SETTINGS: &[TopicSetting] = &[
         },
         Some("log.flush.interval.ms"),
     ),
-    ts("compression.type", Kind::Choice(&["producer"]), None),
+    ts(
+        "compression.type",
+        Kind::Choice(&["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"]),
+        None,
+    ),
+    ts(
+        "compression.gzip.level",
+        Kind::Int { min: -1, max: 9 },
+        None,
+    ),
+    ts("compression.lz4.level", Kind::Int { min: 1, max: 17 }, None),
+    ts(
+        "compression.zstd.level",
+        Kind::Int {
+            min: -131072,
+            max: 22,
+        },
+        None,
+    ),
     ts(
         "file.delete.delay.ms",
         Kind::Long {
@@ -199,6 +217,9 @@ pub const TOPIC_SETTINGS: &[TopicSetting] = &[
 fn static_default(name: &str) -> &'static str {
     match name {
         "compression.type" => "producer",
+        "compression.gzip.level" => "-1",
+        "compression.lz4.level" => "9",
+        "compression.zstd.level" => "3",
         "file.delete.delay.ms" => "60000",
         "delete.retention.ms" => "86400000",
         "min.compaction.lag.ms" => "0",
@@ -228,14 +249,14 @@ pub fn validate(name: &str, value: Option<&str>) -> Result<String, String> {
         .validate(name, value)
         .map_err(|e| e.to_string())?;
     if name == "min.cleanable.dirty.ratio"
-        && !v.trim().parse::<f64>().is_ok_and(|r| (0.0..=1.0).contains(&r))
+        && !v
+            .trim()
+            .parse::<f64>()
+            .is_ok_and(|r| (0.0..=1.0).contains(&r))
     {
         return Err(format!(
             "min.cleanable.dirty.ratio: '{v}' is not a number between 0 and 1"
         ));
-    }
-    if name == "compression.type" && v != "producer" {
-        return Err("compression.type: Annal stores batches as producers compress them; only 'producer' is supported".into());
     }
     Ok(v)
 }
@@ -323,6 +344,41 @@ pub fn log_config(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -
             lag.trim().parse::<i64>().unwrap_or(i64::MAX).max(1)
         },
         ..LogConfig::default()
+    }
+}
+
+/// What the produce path does to a topic's records before the engine appends them (`apis/produce_records.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordPolicy {
+    /// `cleanup.policy` has `compact`: every record needs a key (else INVALID_RECORD).
+    pub require_keys: bool,
+    /// `compression.type` other than `producer`: batches in another codec are recompressed to this one.
+    pub codec: Option<annal_log::batch::Compression>,
+    /// The codec's `compression.<codec>.level`; `None` is the codec's default.
+    pub level: Option<i32>,
+}
+
+pub fn record_policy(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -> RecordPolicy {
+    use annal_log::batch::Compression;
+    let value = |name: &str| effective(name, overrides, broker).0;
+    let require_keys = value("cleanup.policy")
+        .split(',')
+        .any(|p| p.trim() == "compact");
+    let codec = match value("compression.type").as_str() {
+        "producer" | "" => None,
+        other => Compression::from_name(other),
+    };
+    let level_of = |name: &str| value(name).trim().parse::<i32>().ok();
+    let level = match codec {
+        Some(Compression::Gzip) => level_of("compression.gzip.level").filter(|l| *l >= 1),
+        Some(Compression::Lz4) => level_of("compression.lz4.level"),
+        Some(Compression::Zstd) => level_of("compression.zstd.level"),
+        _ => None,
+    };
+    RecordPolicy {
+        require_keys,
+        codec,
+        level,
     }
 }
 

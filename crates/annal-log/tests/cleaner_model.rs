@@ -8,6 +8,7 @@ use annal_log::{AppendOptions, CleanOutcome, Cleaner, CleanerConfig, Log, LogCon
 use proptest::prelude::*;
 
 type Row = (i64, Option<Vec<u8>>, Option<Vec<u8>>);
+type KeyValueRow = (Option<Vec<u8>>, Option<Vec<u8>>);
 
 fn config() -> LogConfig {
     LogConfig {
@@ -97,7 +98,7 @@ proptest! {
         for op in ops {
             match op {
                 Op::Append(records, c) => {
-                    let rows: Vec<(Option<Vec<u8>>, Option<Vec<u8>>)> = records.iter().map(|(k, live)| {
+                    let rows: Vec<KeyValueRow> = records.iter().map(|(k, live)| {
                         value_counter += 1;
                         (k.map(|k| vec![b'k', k]), live.then(|| format!("v{value_counter}").into_bytes()))
                     }).collect();
