@@ -16,6 +16,7 @@ pub mod config;
 mod durable;
 pub mod group;
 mod kafka_code;
+mod log_cleaner;
 mod log_manager;
 mod producer_ids;
 mod replica;
@@ -262,6 +263,8 @@ impl Started {
         } = self;
         let groups = broker.groups.clone();
         let retention = tokio::spawn(retention_loop(broker.clone(), stop_rx.clone()));
+        let cleaner =
+            log_cleaner::LogCleaner::start(&broker.config.cleaner, broker.replica_manager.clone());
         let cluster = broker.cluster.clone();
         tokio::spawn(async move {
             shutdown.await;
@@ -275,6 +278,7 @@ impl Started {
         server::serve(listener, broker.clone(), stop_rx).await;
         retention.abort();
         let _ = retention.await;
+        cleaner.shutdown().await;
 
         if let Some(c) = broker.cluster.clone() {
             c.shutdown().await;

@@ -118,7 +118,25 @@ pub const TOPIC_SETTINGS: &[TopicSetting] = &[
         },
         Some("log.flush.interval.ms"),
     ),
-    ts("compression.type", Kind::Choice(&["producer"]), None),
+    ts(
+        "compression.type",
+        Kind::Choice(&["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"]),
+        None,
+    ),
+    ts(
+        "compression.gzip.level",
+        Kind::Int { min: -1, max: 9 },
+        None,
+    ),
+    ts("compression.lz4.level", Kind::Int { min: 1, max: 17 }, None),
+    ts(
+        "compression.zstd.level",
+        Kind::Int {
+            min: -131072,
+            max: 22,
+        },
+        None,
+    ),
     ts(
         "file.delete.delay.ms",
         Kind::Long {
@@ -133,7 +151,7 @@ pub const TOPIC_SETTINGS: &[TopicSetting] = &[
             min: 0,
             max: i64::MAX,
         },
-        None,
+        Some("log.cleaner.delete.retention.ms"),
     ),
     ts(
         "min.compaction.lag.ms",
@@ -141,7 +159,7 @@ pub const TOPIC_SETTINGS: &[TopicSetting] = &[
             min: 0,
             max: i64::MAX,
         },
-        None,
+        Some("log.cleaner.min.compaction.lag.ms"),
     ),
     ts(
         "max.compaction.lag.ms",
@@ -149,9 +167,13 @@ pub const TOPIC_SETTINGS: &[TopicSetting] = &[
             min: 1,
             max: i64::MAX,
         },
-        None,
+        Some("log.cleaner.max.compaction.lag.ms"),
     ),
-    ts("min.cleanable.dirty.ratio", Kind::Text, None),
+    ts(
+        "min.cleanable.dirty.ratio",
+        Kind::Text,
+        Some("log.cleaner.min.cleanable.ratio"),
+    ),
     ts("unclean.leader.election.enable", Kind::Bool, None),
     ts(
         "message.timestamp.before.max.ms",
@@ -195,6 +217,9 @@ pub const TOPIC_SETTINGS: &[TopicSetting] = &[
 fn static_default(name: &str) -> &'static str {
     match name {
         "compression.type" => "producer",
+        "compression.gzip.level" => "-1",
+        "compression.lz4.level" => "9",
+        "compression.zstd.level" => "3",
         "file.delete.delay.ms" => "60000",
         "delete.retention.ms" => "86400000",
         "min.compaction.lag.ms" => "0",
@@ -223,8 +248,15 @@ pub fn validate(name: &str, value: Option<&str>) -> Result<String, String> {
         .kind
         .validate(name, value)
         .map_err(|e| e.to_string())?;
-    if name == "compression.type" && v != "producer" {
-        return Err("compression.type: Annal stores batches as producers compress them; only 'producer' is supported".into());
+    if name == "min.cleanable.dirty.ratio"
+        && !v
+            .trim()
+            .parse::<f64>()
+            .is_ok_and(|r| (0.0..=1.0).contains(&r))
+    {
+        return Err(format!(
+            "min.cleanable.dirty.ratio: '{v}' is not a number between 0 and 1"
+        ));
     }
     Ok(v)
 }
@@ -266,14 +298,16 @@ pub enum ConfigSource {
 /// The engine settings for a topic with these overrides.
 pub fn log_config(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -> LogConfig {
     let num = |name: &str| -> i64 { effective(name, overrides, broker).0.parse().unwrap_or(0) };
-    let compact_only = effective("cleanup.policy", overrides, broker).0 == "compact";
+    let policy = effective("cleanup.policy", overrides, broker).0;
+    let compact = policy.split(',').any(|p| p.trim() == "compact");
+    let compact_only = compact && !policy.split(',').any(|p| p.trim() == "delete");
     let flush_messages = num("flush.messages");
     // Engine settings without a topic config keep their defaults (also any the engine adds later).
     #[allow(clippy::needless_update)]
     LogConfig {
         segment_bytes: (num("segment.bytes").max(14) as u64).min(LogConfig::SEGMENT_BYTES_MAX),
         segment_ms: num("segment.ms").max(1),
-        // Annal does not compact yet: a compact-only topic keeps everything, a superset of what compaction keeps.
+        // A compact-only topic is never trimmed by time or size; the cleaner keeps it small.
         retention_ms: if compact_only {
             -1
         } else {
@@ -296,7 +330,55 @@ pub fn log_config(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -
         },
         flush_ms: num("flush.ms"),
         producer_id_expiration_ms: broker.producer_id_expiration_ms,
+        compact,
+        delete_retention_ms: num("delete.retention.ms").max(0),
+        min_cleanable_dirty_ratio: effective("min.cleanable.dirty.ratio", overrides, broker)
+            .0
+            .trim()
+            .parse::<f64>()
+            .unwrap_or(0.5)
+            .clamp(0.0, 1.0),
+        min_compaction_lag_ms: num("min.compaction.lag.ms").max(0),
+        max_compaction_lag_ms: {
+            let lag = effective("max.compaction.lag.ms", overrides, broker).0;
+            lag.trim().parse::<i64>().unwrap_or(i64::MAX).max(1)
+        },
         ..LogConfig::default()
+    }
+}
+
+/// What the produce path does to a topic's records before the engine appends them (`apis/produce_records.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordPolicy {
+    /// `cleanup.policy` has `compact`: every record needs a key (else INVALID_RECORD).
+    pub require_keys: bool,
+    /// `compression.type` other than `producer`: batches in another codec are recompressed to this one.
+    pub codec: Option<annal_log::batch::Compression>,
+    /// The codec's `compression.<codec>.level`; `None` is the codec's default.
+    pub level: Option<i32>,
+}
+
+pub fn record_policy(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -> RecordPolicy {
+    use annal_log::batch::Compression;
+    let value = |name: &str| effective(name, overrides, broker).0;
+    let require_keys = value("cleanup.policy")
+        .split(',')
+        .any(|p| p.trim() == "compact");
+    let codec = match value("compression.type").as_str() {
+        "producer" | "" => None,
+        other => Compression::from_name(other),
+    };
+    let level_of = |name: &str| value(name).trim().parse::<i32>().ok();
+    let level = match codec {
+        Some(Compression::Gzip) => level_of("compression.gzip.level").filter(|l| *l >= 1),
+        Some(Compression::Lz4) => level_of("compression.lz4.level"),
+        Some(Compression::Zstd) => level_of("compression.zstd.level"),
+        _ => None,
+    };
+    RecordPolicy {
+        require_keys,
+        codec,
+        level,
     }
 }
 

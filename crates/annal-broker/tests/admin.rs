@@ -261,10 +261,43 @@ async fn create_validate_describe_delete() {
             .len(),
         5
     );
+    // "real" is compacted (cleanup.policy=compact,delete): a keyless record is INVALID_RECORD (87), a keyed
+    // one is appended.
     assert_eq!(
-        produce(&mut c, "real", 4, batch(&["p4"], 1_700_000_000_000), 1, 9).await,
-        (0, 0)
+        produce(&mut c, "real", 4, batch(&["p4"], 1_700_000_000_000), 1, 9)
+            .await
+            .0,
+        87
     );
+    {
+        use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+        use kafka_protocol::messages::ProduceRequest;
+        let req = ProduceRequest::default()
+            .with_acks(1)
+            .with_timeout_ms(5000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(name("real"))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(4)
+                    .with_records(Some(bytes::Bytes::from(batch(
+                        &["a", "b"],
+                        1_700_000_000_000,
+                    ))))])]);
+        let resp = c.call(&req, 9).await;
+        let p = &resp.responses[0].partition_responses[0];
+        // KIP-467: each keyless record is named by its index in the batch.
+        let indexes: Vec<i32> = p.record_errors.iter().map(|e| e.batch_index).collect();
+        assert_eq!((p.error_code, indexes), (87, vec![0, 1]));
+        assert!(p
+            .error_message
+            .as_ref()
+            .is_some_and(|m| m.contains("2 record errors")));
+    }
+    let keyed = annal_log::batch::build_uncompressed_batch(
+        &[(Some(b"k".as_slice()), Some(b"p4".as_slice()))],
+        1_700_000_000_000,
+    );
+    assert_eq!(produce(&mut c, "real", 4, keyed, 1, 9).await, (0, 0));
 
     // Delete removes the partition directories.
     let req = DeleteTopicsRequest::default()

@@ -29,10 +29,13 @@ pub const HEADER_SIZE: usize = 61;
 /// The only batch format Annal stores (Kafka 4 dropped v0 and v1).
 pub const MAGIC_V2: i8 = 2;
 
-const ATTR_COMPRESSION_MASK: i16 = 0x07;
-const ATTR_TIMESTAMP_TYPE: i16 = 0x08;
-const ATTR_TRANSACTIONAL: i16 = 0x10;
-const ATTR_CONTROL: i16 = 0x20;
+pub(crate) const ATTR_COMPRESSION_MASK: i16 = 0x07;
+pub(crate) const ATTR_TIMESTAMP_TYPE: i16 = 0x08;
+pub(crate) const ATTR_TRANSACTIONAL: i16 = 0x10;
+pub(crate) const ATTR_CONTROL: i16 = 0x20;
+/// KIP-534: the base timestamp holds the batch's delete horizon (set by the cleaner on batches that keep
+/// tombstones); record timestamps stay `base timestamp + delta`.
+pub(crate) const ATTR_DELETE_HORIZON: i16 = 0x40;
 
 /// No producer id (a non-idempotent producer).
 pub const NO_PRODUCER_ID: i64 = -1;
@@ -50,7 +53,30 @@ pub enum Compression {
 }
 
 impl Compression {
-    fn from_attributes(attributes: i16) -> Option<Self> {
+    /// The codec id in a batch's attributes.
+    pub fn id(self) -> i16 {
+        match self {
+            Compression::None => 0,
+            Compression::Gzip => 1,
+            Compression::Snappy => 2,
+            Compression::Lz4 => 3,
+            Compression::Zstd => 4,
+        }
+    }
+
+    /// Parses Kafka's codec names (`compression.type`); `uncompressed` and `none` are the same.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "none" | "uncompressed" => Compression::None,
+            "gzip" => Compression::Gzip,
+            "snappy" => Compression::Snappy,
+            "lz4" => Compression::Lz4,
+            "zstd" => Compression::Zstd,
+            _ => return None,
+        })
+    }
+
+    pub fn from_attributes(attributes: i16) -> Option<Self> {
         Some(match attributes & ATTR_COMPRESSION_MASK {
             0 => Compression::None,
             1 => Compression::Gzip,
@@ -144,6 +170,11 @@ impl BatchHeader {
 
     pub fn is_control(&self) -> bool {
         self.attributes & ATTR_CONTROL != 0
+    }
+
+    /// KIP-534's delete horizon: tombstones in this batch may be removed by the cleaner from this time on.
+    pub fn delete_horizon_ms(&self) -> Option<i64> {
+        (self.attributes & ATTR_DELETE_HORIZON != 0).then_some(self.base_timestamp)
     }
 
     /// True when the batch carries an idempotent producer's id and sequence.
@@ -401,7 +432,7 @@ pub fn read_varlong(bytes: &[u8]) -> Option<(i64, usize)> {
     None
 }
 
-fn write_varint(out: &mut Vec<u8>, value: i32) {
+pub(crate) fn write_varint(out: &mut Vec<u8>, value: i32) {
     let mut v = ((value << 1) ^ (value >> 31)) as u32;
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
@@ -410,7 +441,7 @@ fn write_varint(out: &mut Vec<u8>, value: i32) {
     out.push(v as u8);
 }
 
-fn write_varlong(out: &mut Vec<u8>, value: i64) {
+pub(crate) fn write_varlong(out: &mut Vec<u8>, value: i64) {
     let mut v = ((value << 1) ^ (value >> 63)) as u64;
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
@@ -419,24 +450,14 @@ fn write_varlong(out: &mut Vec<u8>, value: i64) {
     out.push(v as u8);
 }
 
-/// Timestamps of the records of an uncompressed batch, in order, or `None` if the batch is compressed or
-/// malformed. Used by timestamp lookups, which need record-level precision.
-pub fn record_timestamps(batch: &[u8]) -> Option<Vec<i64>> {
-    let header = BatchHeader::parse(batch)?;
-    if header.compression() != Some(Compression::None) || batch.len() < header.size() {
-        return None;
-    }
-    let mut records = &batch[HEADER_SIZE..header.size()];
-    let mut timestamps = Vec::with_capacity(header.records_count.clamp(0, 4096) as usize);
-    for _ in 0..header.records_count {
-        let (length, used) = read_varint(records)?;
-        let body = records.get(used..used + usize::try_from(length).ok()?)?;
-        // body: attributes (1 byte), timestamp delta (varlong), ...
-        let (delta, _) = read_varlong(body.get(1..)?)?;
-        timestamps.push(header.base_timestamp.wrapping_add(delta));
-        records = &records[used + length as usize..];
-    }
-    Some(timestamps)
+/// Timestamps of a batch's records, in order, decompressing at most `limit` bytes; `None` if the batch is
+/// malformed or expands past the limit. Used by timestamp lookups, which are record-exact (as Kafka's are).
+pub fn record_timestamps(batch: &[u8], limit: usize) -> Option<Vec<i64>> {
+    let decoded = crate::records::DecodedBatch::new(batch, limit).ok()?;
+    decoded
+        .records()
+        .map(|r| r.ok().map(|r| r.timestamp))
+        .collect()
 }
 
 /// Rewrites the fields a broker owns: base offset and partition leader epoch (outside the CRC).
@@ -571,7 +592,7 @@ mod tests {
             ),
             (2, 1, 250)
         );
-        assert_eq!(record_timestamps(&batch), Some(vec![100, 250]));
+        assert_eq!(record_timestamps(&batch, 1 << 20), Some(vec![100, 250]));
     }
 
     #[test]

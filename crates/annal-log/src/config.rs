@@ -2,7 +2,7 @@
 
 /// Settings of one partition's log. Field names follow Kafka's topic configs (`segment.bytes` is
 /// `segment_bytes`); defaults are Kafka's.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LogConfig {
     /// `segment.bytes`: roll to a new segment when the active one would exceed this size.
     pub segment_bytes: u64,
@@ -24,6 +24,18 @@ pub struct LogConfig {
     pub flush_ms: i64,
     /// `producer.id.expiration.ms`: forget an idle idempotent producer's state after this.
     pub producer_id_expiration_ms: i64,
+    /// `cleanup.policy` contains `compact`: the cleaner keeps the latest record per key (see `cleaner.rs`).
+    /// Retention (`retention.ms`, `retention.bytes`) applies as set, so `compact,delete` is both.
+    pub compact: bool,
+    /// `delete.retention.ms`: how long the cleaner keeps a tombstone after first keeping it.
+    pub delete_retention_ms: i64,
+    /// `min.cleanable.dirty.ratio`: clean when dirty bytes / (clean + dirty bytes) reach this.
+    pub min_cleanable_dirty_ratio: f64,
+    /// `min.compaction.lag.ms`: a segment whose newest record is younger than this is not cleaned.
+    pub min_compaction_lag_ms: i64,
+    /// `max.compaction.lag.ms`: a dirty segment whose first batch is older than this is cleaned whatever the
+    /// ratio.
+    pub max_compaction_lag_ms: i64,
 }
 
 impl LogConfig {
@@ -31,6 +43,16 @@ impl LogConfig {
     pub const DEFAULT_MAX_MESSAGE_BYTES: u32 = 1_048_588;
     /// The largest segment we can address: index positions are 32-bit, as in Kafka.
     pub const SEGMENT_BYTES_MAX: u64 = i32::MAX as u64;
+
+    /// The most one batch's records may decompress to when the engine reads them (timestamp lookups, the
+    /// cleaner, recompression): 16 times `max.message.bytes`, at least 64 MiB and at most 1 GiB. Producers cap
+    /// a batch's uncompressed size near `max.message.bytes`, so only a decompression bomb reaches this; it is
+    /// an error, never an allocation.
+    pub fn decompressed_batch_limit(&self) -> usize {
+        (self.max_message_bytes as usize)
+            .saturating_mul(16)
+            .clamp(64 << 20, 1 << 30)
+    }
 }
 
 impl Default for LogConfig {
@@ -46,6 +68,11 @@ impl Default for LogConfig {
             flush_messages: u64::MAX,
             flush_ms: i64::MAX,
             producer_id_expiration_ms: 24 * 60 * 60 * 1000,
+            compact: false,
+            delete_retention_ms: 24 * 60 * 60 * 1000,
+            min_cleanable_dirty_ratio: 0.5,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
         }
     }
 }

@@ -21,16 +21,21 @@
 
 pub mod batch;
 mod checkpoint;
+mod cleaner;
 mod config;
 mod error;
 mod group_commit;
 mod index;
 mod log;
 pub mod producer;
+pub mod records;
 mod roll_flush;
 mod segment;
 mod slice;
 
+pub use crate::cleaner::{
+    CleanOutcome, CleanStats, CleanTask, Cleanable, CleanedLog, Cleaner, CleanerConfig,
+};
 pub use crate::config::LogConfig;
 pub use crate::error::LogError;
 pub use crate::group_commit::{DurableError, DurableLog, DurableWait, GroupCommit};

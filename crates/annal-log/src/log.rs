@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::batch::{self, BatchHeader};
 use crate::checkpoint::{self, Checkpoint};
+use crate::cleaner::{self, CleanOutcome, CleanTask, Cleanable, CleanedLog, SegmentSnapshot};
 use crate::config::LogConfig;
 use crate::error::LogError;
 use crate::producer::{ProducerStateManager, SequenceCheck};
@@ -115,6 +116,8 @@ pub struct Log {
     background_failure: Option<(PathBuf, std::io::ErrorKind, String)>,
     /// Holds roll fsyncs back (tests only).
     roll_flush_gate: Option<Arc<Gate>>,
+    /// The cleaner's first dirty offset (`cleaner-offset-checkpoint`): offsets below it have been cleaned.
+    first_dirty_offset: i64,
 }
 
 impl Log {
@@ -128,6 +131,9 @@ impl Log {
         );
         std::fs::create_dir_all(dir).map_err(|e| LogError::io("create log directory", dir, e))?;
         let checkpoint = Checkpoint::read(dir);
+        // A cleaning pass interrupted after its swap was decided is finished here; one interrupted before is
+        // dropped (see `cleaner::swap`). Either way the segments are the old ones or the new ones.
+        cleaner::swap::complete(dir)?;
         let (bases, snapshots) = scan_directory(dir)?;
 
         let clean = checkpoint.is_some_and(|c| c.clean_shutdown);
@@ -202,6 +208,7 @@ impl Log {
             generation: 0,
             background_failure: None,
             roll_flush_gate: None,
+            first_dirty_offset: cleaner::read_checkpoint(dir).unwrap_or(0).min(log_end),
         };
         log.load_producer_state(&snapshots)?;
         log.write_checkpoint(false)?;
@@ -619,14 +626,18 @@ impl Log {
     }
 
     /// The first offset at or after the log start whose record timestamp is >= `timestamp`, and that timestamp
-    /// (ListOffsets by time). For compressed batches the precision is the batch (records are not decompressed).
+    /// (ListOffsets by time). Exact to the record in every codec, as Kafka is.
     pub fn offset_for_timestamp(&self, timestamp: i64) -> crate::Result<Option<(i64, i64)>> {
         for seg in self
             .segments
             .values()
             .filter(|s| s.next_offset() > self.log_start_offset)
         {
-            if let Some(found) = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)? {
+            if let Some(found) = seg.find_offset_by_timestamp(
+                timestamp,
+                self.log_start_offset,
+                self.config.decompressed_batch_limit(),
+            )? {
                 return Ok(Some(found));
             }
         }
@@ -635,8 +646,8 @@ impl Log {
 
     /// The largest timestamp in the log and the last offset of the batch that carries it.
     ///
-    /// The offset is the first record carrying that timestamp (as Kafka answers ListOffsets MAX_TIMESTAMP) when
-    /// the batch is uncompressed; for a compressed batch it is the batch's last offset.
+    /// The offset is the first record carrying that timestamp, in every codec (as Kafka answers ListOffsets
+    /// MAX_TIMESTAMP); the batch's last offset only if its records cannot be read.
     pub fn max_timestamp(&self) -> Option<(i64, i64)> {
         let (segment, ts, batch_last_offset) = self
             .segments
@@ -651,7 +662,11 @@ impl Log {
                 },
             )?;
         let exact = segment
-            .first_offset_with_timestamp(batch_last_offset, ts)
+            .first_offset_with_timestamp(
+                batch_last_offset,
+                ts,
+                self.config.decompressed_batch_limit(),
+            )
             .unwrap_or(None);
         Some((
             ts,
@@ -690,6 +705,7 @@ impl Log {
         let log_end = self.log_end_offset();
         self.log_start_offset = self.log_start_offset.min(log_end);
         self.recovery_point = self.recovery_point.min(log_end);
+        self.truncate_cleaner_checkpoint(log_end)?;
         self.rebuild_producer_state_after_truncation()?;
         self.write_checkpoint(false)
     }
@@ -706,6 +722,7 @@ impl Log {
             .insert(offset, Segment::create(&self.dir, offset, &self.config)?);
         self.log_start_offset = offset;
         self.recovery_point = offset;
+        self.truncate_cleaner_checkpoint(offset)?;
         self.rebuild_producer_state_after_truncation()?;
         self.write_checkpoint(false)
     }
@@ -713,6 +730,171 @@ impl Log {
     fn rebuild_producer_state_after_truncation(&mut self) -> crate::Result<()> {
         let (_, snapshots) = scan_directory(&self.dir)?;
         self.load_producer_state(&snapshots)
+    }
+
+    /// After a truncation the offsets past the log end are new data: they are dirty again.
+    fn truncate_cleaner_checkpoint(&mut self, log_end: i64) -> crate::Result<()> {
+        if self.first_dirty_offset > log_end {
+            self.first_dirty_offset = log_end;
+            cleaner::write_checkpoint(&self.dir, log_end)?;
+        }
+        Ok(())
+    }
+
+    /// How dirty a compacted log is, or `None` if it is not compacted (`LogConfig::compact`). Offsets at or
+    /// past `upper_bound` (the high watermark; `None`: the log end) are never cleaned, nor is the active segment,
+    /// nor a segment whose newest record is younger than `min.compaction.lag.ms`.
+    pub fn cleanable(&self, now_ms: i64, upper_bound: Option<i64>) -> Option<Cleanable> {
+        if !self.config.compact {
+            return None;
+        }
+        let active_base = self.active().base_offset();
+        let upper = upper_bound.unwrap_or(i64::MAX);
+        let lag = self.config.min_compaction_lag_ms;
+        let mut first_uncleanable = active_base;
+        for seg in self.segments.values() {
+            let too_new = lag > 0
+                && seg
+                    .max_timestamp()
+                    .is_some_and(|(ts, _)| ts > now_ms.saturating_sub(lag));
+            if seg.base_offset() == active_base || seg.next_offset() > upper || too_new {
+                first_uncleanable = seg.base_offset();
+                break;
+            }
+        }
+        let first_dirty = self.first_dirty_offset.max(self.log_start_offset);
+        let (mut dirty_bytes, mut clean_bytes) = (0u64, 0u64);
+        let mut oldest_dirty: Option<i64> = None;
+        for seg in self
+            .segments
+            .values()
+            .filter(|s| s.base_offset() < first_uncleanable)
+        {
+            if seg.next_offset() > first_dirty {
+                dirty_bytes += seg.size();
+                if oldest_dirty.is_none() {
+                    oldest_dirty = seg.first_batch_timestamp();
+                }
+            } else {
+                clean_bytes += seg.size();
+            }
+        }
+        let total = dirty_bytes + clean_bytes;
+        let max_lag = self.config.max_compaction_lag_ms;
+        Some(Cleanable {
+            first_dirty_offset: first_dirty,
+            first_uncleanable_offset: first_uncleanable,
+            dirty_bytes,
+            clean_bytes,
+            dirty_ratio: if total == 0 {
+                0.0
+            } else {
+                dirty_bytes as f64 / total as f64
+            },
+            overdue: max_lag < i64::MAX
+                && oldest_dirty.is_some_and(|ts| now_ms.saturating_sub(ts) > max_lag),
+        })
+    }
+
+    /// Step 1 of a cleaning pass (see `cleaner.rs`): if the log should be cleaned now, a snapshot of the
+    /// segments to clean. Cheap; call it under the lock that guards the log, then run the task with
+    /// [`crate::Cleaner::run`] without the lock, then hand the result to [`Log::finish_clean`].
+    pub fn begin_clean(&self, now_ms: i64, upper_bound: Option<i64>) -> Option<CleanTask> {
+        let cleanable = self.cleanable(now_ms, upper_bound)?;
+        if !cleanable.should_clean(&self.config) {
+            return None;
+        }
+        let segments = self
+            .segments
+            .values()
+            .filter(|s| s.base_offset() < cleanable.first_uncleanable_offset)
+            .map(|s| SegmentSnapshot {
+                base_offset: s.base_offset(),
+                next_offset: s.next_offset(),
+                size: s.size(),
+                file: s.file_handle(),
+            })
+            .collect();
+        Some(CleanTask {
+            dir: self.dir.clone(),
+            config: self.config.clone(),
+            now_ms,
+            generation: self.generation,
+            first_dirty: cleanable.first_dirty_offset,
+            first_uncleanable: cleanable.first_uncleanable_offset,
+            segments,
+        })
+    }
+
+    /// Step 3 of a cleaning pass: swaps the cleaned segments in (a few renames; see `cleaner::swap`), unless
+    /// the log changed under the pass (then nothing changes and [`CleanOutcome::Abandoned`] says so).
+    pub fn finish_clean(&mut self, cleaned: CleanedLog) -> crate::Result<CleanOutcome> {
+        let active_base = self.active().base_offset();
+        let unchanged = cleaned.generation == self.generation
+            && cleaned
+                .groups
+                .iter()
+                .flat_map(|g| &g.old)
+                .all(|(base, size)| {
+                    *base != active_base
+                        && self.segments.get(base).is_some_and(|s| s.size() == *size)
+                });
+        if !unchanged {
+            cleaner::remove_scratch(&self.dir.join(cleaner::SCRATCH_DIR))?;
+            return Ok(CleanOutcome::Abandoned);
+        }
+        self.settle_roll_flush();
+        let manifest = cleaner::swap::Manifest {
+            old: cleaned
+                .groups
+                .iter()
+                .flat_map(|g| g.old.iter().map(|(b, _)| *b))
+                .collect(),
+            new: cleaned.groups.iter().filter_map(|g| g.new).collect(),
+        };
+        cleaner::swap::write(&self.dir, &manifest)?;
+        // The swap is decided: from here a failure leaves the in-memory log behind the files, so appends stop
+        // until the log is reopened (which finishes the swap).
+        let result = (|| {
+            for base in &manifest.old {
+                // Dropped, not deleted: the files go (or are replaced) in `complete`.
+                self.segments.remove(base);
+            }
+            cleaner::swap::complete(&self.dir)?;
+            for &base in &manifest.new {
+                let (segment, _) = Segment::open(&self.dir, base, &self.config, false)?;
+                self.segments.insert(base, segment);
+            }
+            Ok::<_, LogError>(())
+        })();
+        if let Err(e) = result {
+            self.background_failure = Some((
+                self.dir.clone(),
+                std::io::ErrorKind::Other,
+                format!(
+                    "swapping cleaned segments in failed ({e}); reopen the log to finish the swap"
+                ),
+            ));
+            return Err(e);
+        }
+        self.first_dirty_offset = cleaned.cleaned_up_to;
+        cleaner::write_checkpoint(&self.dir, cleaned.cleaned_up_to)?;
+        Ok(CleanOutcome::Swapped(cleaned.stats))
+    }
+
+    /// A whole cleaning pass under `&mut self` (for embedders without concurrency, and tests): begin, run,
+    /// finish. `None` if the log did not need cleaning.
+    pub fn clean(
+        &mut self,
+        cleaner: &crate::Cleaner,
+        now_ms: i64,
+        upper_bound: Option<i64>,
+    ) -> crate::Result<Option<CleanOutcome>> {
+        let Some(task) = self.begin_clean(now_ms, upper_bound) else {
+            return Ok(None);
+        };
+        let cleaned = cleaner.run(task)?;
+        self.finish_clean(cleaned).map(Some)
     }
 
     /// Advances the log start offset to `offset` (DeleteRecords) and deletes segments wholly below it.

@@ -570,12 +570,13 @@ impl Segment {
         }
     }
 
-    /// The first record offset whose timestamp is >= `timestamp`, with that timestamp. Records of compressed
-    /// batches are not decompressed: such a batch answers with its base offset and max timestamp.
+    /// The first record offset whose timestamp is >= `timestamp`, with that timestamp. Records are read in
+    /// every codec (decompressing at most `limit` bytes a batch), so the answer is the record, as Kafka's is.
     pub fn find_offset_by_timestamp(
         &self,
         timestamp: i64,
         from_offset: i64,
+        limit: usize,
     ) -> crate::Result<Option<(i64, i64)>> {
         if self.max_timestamp.is_none_or(|(max, _)| max < timestamp) {
             return Ok(None);
@@ -585,21 +586,17 @@ impl Segment {
         let mut cursor = self.find_batch(start_offset)?;
         while let Some((position, header)) = cursor {
             if header.max_timestamp >= timestamp {
-                let mut bytes = vec![0u8; header.size()];
-                self.file
-                    .read_exact_at(&mut bytes, position)
-                    .map_err(|e| LogError::io("read segment", &self.log_path, e))?;
-                match batch::record_timestamps(&bytes) {
-                    Some(timestamps) if !header.is_log_append_time() => {
-                        for (delta, ts) in timestamps.into_iter().enumerate() {
-                            let offset = header.base_offset + delta as i64;
-                            if ts >= timestamp && offset >= from_offset {
-                                return Ok(Some((offset, ts)));
-                            }
-                        }
-                        // The later timestamps are all below the log start: look on, as Kafka does.
-                    }
-                    _ => {
+                let found = self.with_records(position, &header, limit, |records| {
+                    records
+                        .iter()
+                        .find(|r| r.timestamp >= timestamp && r.offset >= from_offset)
+                        .map(|r| (r.offset, r.timestamp))
+                })?;
+                match found {
+                    Some(Some(found)) => return Ok(Some(found)),
+                    // The later timestamps are all below the log start: look on, as Kafka does.
+                    Some(None) => {}
+                    None => {
                         let offset = header.base_offset.max(from_offset);
                         return Ok(Some((offset, header.max_timestamp)));
                     }
@@ -615,13 +612,39 @@ impl Segment {
         Ok(None)
     }
 
-    /// The first record of the batch containing `offset` whose timestamp is `timestamp`: exact for uncompressed
-    /// `CreateTime` batches, the base offset for `LogAppendTime` ones (every record has the batch's time), and
-    /// `None` for compressed batches (records are not decompressed).
+    /// Runs `visit` over the records of the batch at `position`; `None` (with a warning) if they cannot be read
+    /// (a batch that expands past `limit`, or malformed records that recovery's CRC check let through).
+    fn with_records<T>(
+        &self,
+        position: u64,
+        header: &BatchHeader,
+        limit: usize,
+        visit: impl FnOnce(&[crate::records::Record<'_>]) -> T,
+    ) -> crate::Result<Option<T>> {
+        let mut bytes = vec![0u8; header.size()];
+        self.file
+            .read_exact_at(&mut bytes, position)
+            .map_err(|e| LogError::io("read segment", &self.log_path, e))?;
+        let records = crate::records::DecodedBatch::new(&bytes, limit)
+            .and_then(|d| d.collect_records().map(|r| visit(&r)));
+        match records {
+            Ok(found) => Ok(Some(found)),
+            Err(e) => {
+                tracing::warn!(segment = %self.log_path.display(), base_offset = header.base_offset, error = %e,
+                    "cannot read the records of a batch; answering with the batch's offsets");
+                Ok(None)
+            }
+        }
+    }
+
+    /// The first record of the batch containing `offset` whose timestamp is `timestamp` (Kafka's
+    /// `offsetOfMaxTimestamp`): exact in every codec, the base offset for `LogAppendTime` batches (every record
+    /// has the batch's time), `None` if the records cannot be read.
     pub fn first_offset_with_timestamp(
         &self,
         offset: i64,
         timestamp: i64,
+        limit: usize,
     ) -> crate::Result<Option<i64>> {
         let Some((position, header)) = self.find_batch(offset)? else {
             return Ok(None);
@@ -629,14 +652,14 @@ impl Segment {
         if header.is_log_append_time() {
             return Ok(Some(header.base_offset));
         }
-        let mut bytes = vec![0u8; header.size()];
-        self.file
-            .read_exact_at(&mut bytes, position)
-            .map_err(|e| LogError::io("read segment", &self.log_path, e))?;
-        Ok(batch::record_timestamps(&bytes).and_then(|timestamps| {
-            let index = timestamps.iter().position(|&ts| ts == timestamp)?;
-            Some(header.base_offset + index as i64)
-        }))
+        Ok(self
+            .with_records(position, &header, limit, |records| {
+                records
+                    .iter()
+                    .find(|r| r.timestamp == timestamp)
+                    .map(|r| r.offset)
+            })?
+            .flatten())
     }
 
     /// Cuts the segment before the batch containing `offset`. Returns the bytes removed.

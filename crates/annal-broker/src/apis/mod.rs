@@ -11,6 +11,7 @@ pub mod groups;
 pub mod metadata;
 pub mod offsets;
 pub mod produce;
+mod produce_records;
 pub mod producers;
 
 use std::sync::Arc;

@@ -1,5 +1,7 @@
 //! Produce: batches are validated and appended by the engine exactly as sent (every codec passes through
-//! untouched); the engine also deduplicates idempotent producers' retries and reports sequence/epoch errors.
+//! untouched), except where the topic asks for record-level work (`produce_records.rs`: compacted topics refuse
+//! keyless records; `compression.type` recompresses); the engine also deduplicates idempotent producers' retries
+//! and reports sequence/epoch errors.
 //!
 //! The work (leader checks, min ISR, durable group-commit waits) is [`crate::ReplicaManager::append_records`]'s;
 //! this module decodes and encodes.
@@ -7,13 +9,21 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse, RequestHeader};
 
+use super::produce_records::{self, Prepared};
 use super::{code, s};
 use crate::replica::{AppendEntry, PartitionError};
 use crate::server::Close;
 use crate::Broker;
+
+/// A partition refused before the append: message and KIP-467 record errors (index in batch, message).
+type Refusal = (String, Vec<(i32, String)>);
+/// One partition's result: the append, or (error code, message, record errors).
+type Outcome = Result<annal_log::AppendInfo, (i16, String, Vec<(i32, String)>)>;
 
 /// Returns `Ok(None)` for acks=0 (the client expects no response); `Err` closes the connection (a failed acks=0).
 pub async fn handle(
@@ -28,36 +38,76 @@ pub async fn handle(
     // (response topic, partition index) of each entry, in entry order.
     let mut positions = Vec::new();
     let mut entries = Vec::new();
+    // Per entry, the refusal decided before the append (compacted topics' keyless records), if any.
+    let mut refused: Vec<Option<Refusal>> = Vec::new();
     for (ti, t) in req.topic_data.into_iter().enumerate() {
         let name = t.name.0.to_string();
         topics.push(TopicProduceResponse::default().with_name(t.name));
+        let policy = broker.replica_manager.topic(&name).map(|topic| {
+            let max =
+                crate::topic_config::effective("max.message.bytes", &topic.configs, &broker.config)
+                    .0
+                    .parse::<u32>()
+                    .unwrap_or(annal_log::LogConfig::DEFAULT_MAX_MESSAGE_BYTES);
+            (
+                crate::topic_config::record_policy(&topic.configs, &broker.config),
+                max,
+            )
+        });
         for p in t.partition_data {
             positions.push((ti, p.index));
-            entries.push(AppendEntry {
-                topic: name.clone(),
-                partition: p.index,
-                records: p.records,
-            });
+            let mut records = p.records;
+            let mut refusal = None;
+            if let (Some((policy, max)), Some(bytes)) = (&policy, &records) {
+                match produce_records::prepare(bytes, policy, *max, &format!("{name}-{}", p.index))
+                {
+                    Prepared::Unchanged => {}
+                    Prepared::Rewritten(new) => records = Some(new),
+                    Prepared::Rejected {
+                        message,
+                        record_errors,
+                    } => {
+                        refusal = Some((message, record_errors));
+                    }
+                }
+            }
+            if refusal.is_none() {
+                entries.push(AppendEntry {
+                    topic: name.clone(),
+                    partition: p.index,
+                    records,
+                });
+            }
+            refused.push(refusal);
         }
     }
-    let outcomes = if transactional {
+    let outcomes: Vec<Outcome> = if transactional {
         positions
             .iter()
             .map(|_| {
                 Err((
                     code::INVALID_TXN_STATE,
                     "transactions are not supported by this Annal broker yet".to_string(),
+                    Vec::new(),
                 ))
             })
             .collect::<Vec<_>>()
     } else {
         let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
-        broker
+        let mut appended = broker
             .replica_manager
             .append_records(timeout, acks, entries)
             .await
             .into_iter()
-            .map(|r| r.map_err(|e: PartitionError| (e.code(), e.to_string())))
+            .map(|r| r.map_err(|e: PartitionError| (e.code(), e.to_string(), Vec::new())));
+        refused
+            .into_iter()
+            .map(|refusal| match refusal {
+                Some((message, errors)) => Err((code::INVALID_RECORD, message, errors)),
+                None => appended
+                    .next()
+                    .expect("one append result per entry appended"),
+            })
             .collect()
     };
     for ((ti, index), outcome) in positions.into_iter().zip(outcomes) {
@@ -70,11 +120,20 @@ pub async fn handle(
                     r.log_start_offset = info.log_start_offset;
                 }
             }
-            Err((error, msg)) => {
+            Err((error, msg, record_errors)) => {
                 r.error_code = error;
                 r.base_offset = -1;
                 if version >= 8 {
                     r.error_message = Some(s(msg));
+                    // KIP-467: which records made the batch fail.
+                    r.record_errors = record_errors
+                        .into_iter()
+                        .map(|(index, message)| {
+                            BatchIndexAndErrorMessage::default()
+                                .with_batch_index(index)
+                                .with_batch_index_error_message(Some(s(message)))
+                        })
+                        .collect();
                 }
             }
         }

@@ -187,6 +187,23 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         "CreateTime",
     ),
     setting("log.index.interval.bytes", int(0), "4096"),
+    // The log cleaner (compaction).
+    setting("log.cleaner.threads", int(0), "1"),
+    setting("log.cleaner.dedupe.buffer.size", long(1), "134217728"),
+    setting(
+        "log.cleaner.io.max.bytes.per.second",
+        Kind::Text,
+        "1.7976931348623157E308",
+    ),
+    setting("log.cleaner.backoff.ms", long(0), "15000"),
+    setting("log.cleaner.delete.retention.ms", long(0), "86400000"),
+    setting("log.cleaner.min.cleanable.ratio", Kind::Text, "0.5"),
+    setting("log.cleaner.min.compaction.lag.ms", long(0), "0"),
+    setting(
+        "log.cleaner.max.compaction.lag.ms",
+        long(1),
+        "9223372036854775807",
+    ),
     setting("log.index.size.max.bytes", int(4), "10485760"),
     setting(
         "log.flush.interval.messages",
@@ -367,10 +384,25 @@ pub struct BrokerConfig {
     pub replica_fetch: ReplicaFetchConfig,
     pub connections_max_idle_ms: i64,
     pub producer_id_expiration_ms: i64,
+    /// The log cleaner's settings (`log.cleaner.*`).
+    pub cleaner: CleanerSettings,
     /// The group coordinator's settings (`offsets.*`, `group.*`).
     pub groups: crate::group::GroupConfig,
     /// Every honoured setting's effective value and source, for DescribeConfigs on the broker resource.
     pub described: BTreeMap<String, (String, Source)>,
+}
+
+/// `log.cleaner.*`: the background cleaner of compacted topics (`log_cleaner.rs`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CleanerSettings {
+    /// `log.cleaner.threads`: passes that run at once; 0 disables cleaning.
+    pub threads: usize,
+    /// `log.cleaner.dedupe.buffer.size`: key-map memory of all threads together.
+    pub dedupe_buffer_size: u64,
+    /// `log.cleaner.io.max.bytes.per.second`: read plus write rate of all threads together.
+    pub io_max_bytes_per_second: f64,
+    /// `log.cleaner.backoff.ms`: sleep when no log needs cleaning.
+    pub backoff_ms: i64,
 }
 
 impl BrokerConfig {
@@ -553,6 +585,15 @@ impl BrokerConfig {
             },
             connections_max_idle_ms: num("connections.max.idle.ms"),
             producer_id_expiration_ms: num("producer.id.expiration.ms"),
+            cleaner: CleanerSettings {
+                threads: num("log.cleaner.threads").max(0) as usize,
+                dedupe_buffer_size: num("log.cleaner.dedupe.buffer.size").max(1) as u64,
+                io_max_bytes_per_second: get("log.cleaner.io.max.bytes.per.second")
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+                    .filter(|v| *v > 0.0)
+                    .unwrap_or(f64::MAX),
+                backoff_ms: num("log.cleaner.backoff.ms").max(0),
+            },
             groups: crate::group::GroupConfig {
                 offsets_topic_num_partitions: num("offsets.topic.num.partitions") as u32,
                 offsets_topic_segment_bytes: num("offsets.topic.segment.bytes"),

@@ -1007,6 +1007,32 @@ impl Partition {
         Ok(())
     }
 
+    /// How dirty this partition's compacted log is, when a cleaning pass should run now (`cleanup.policy` has
+    /// `compact`, and `min.cleanable.dirty.ratio` or `max.compaction.lag.ms` says so). Nothing at or past the
+    /// high watermark is cleanable. Blocking (brief lock).
+    pub fn cleanable(&self, now_ms: i64) -> Option<annal_log::Cleanable> {
+        let high_watermark = self.high_watermark();
+        let log = self.log.lock();
+        log.cleanable(now_ms, Some(high_watermark))
+            .filter(|c| c.should_clean(log.config()))
+    }
+
+    /// One cleaning pass if the log needs one (see annal-log's `cleaner.rs`): the log lock is held only to
+    /// snapshot the segments and to swap the cleaned ones in, never while records are read or written.
+    /// Blocking (the pass itself, outside the lock).
+    pub fn clean(
+        &self,
+        cleaner: &annal_log::Cleaner,
+        now_ms: i64,
+    ) -> Result<Option<annal_log::CleanOutcome>, LogError> {
+        let high_watermark = self.high_watermark();
+        let Some(task) = self.log.lock().begin_clean(now_ms, Some(high_watermark)) else {
+            return Ok(None);
+        };
+        let cleaned = cleaner.run(task)?;
+        self.log.lock().finish_clean(cleaned).map(Some)
+    }
+
     /// Deletes segments past `retention.ms`/`retention.bytes`; returns how many. Blocking.
     pub fn apply_retention(&self, now_ms: i64) -> Result<u32, LogError> {
         self.log.lock().apply_retention(now_ms)
