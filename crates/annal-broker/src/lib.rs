@@ -33,6 +33,7 @@ pub use replica::{
     FetchPartitionResult, LeaderAppend, OffsetAndEpoch, OffsetSpec, Partition, PartitionConfig,
     PartitionError, PartitionRead, ReplicaManager,
 };
+pub use server::decode_request_frame;
 
 use crate::producer_ids::ProducerIds;
 
