@@ -6,7 +6,8 @@
 #                                     the committed corpus only changes when someone copies them in (cmin first).
 #   fuzz/run.sh long [target...]      each target for FUZZ_RUNS executions (default 10^7; 10^8 for request_frame,
 #                                     record_batch and record_batch_structured), on FUZZ_JOBS processes (default 1),
-#                                     growing .cache/fuzz-corpus/<target>/ across runs.
+#                                     growing .cache/fuzz-corpus/<target>/ across runs; FUZZ_SECONDS, if set, also
+#                                     caps each target's time.
 #   fuzz/run.sh list                  the targets.
 #
 # Exits non-zero on the first crash, leak, timeout or out-of-memory; the input is in fuzz/artifacts/<target>/
@@ -72,6 +73,8 @@ for t in "${targets[@]}"; do
     # With -jobs, each job does runs/jobs executions.
     limits=(-runs="$((runs / jobs))")
     [ "$jobs" -gt 1 ] && limits+=(-jobs="$jobs" -workers="$jobs")
+    # A time box as well, if given: whichever comes first ends the target's run.
+    [ -n "${FUZZ_SECONDS:-}" ] && limits+=(-max_total_time="$FUZZ_SECONDS")
   fi
   mkdir -p "$out" "artifacts/$t"
   log="$scratch/$t.log"

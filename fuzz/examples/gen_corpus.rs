@@ -20,12 +20,18 @@ use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::metadata_response::{MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic};
-use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::*;
@@ -78,8 +84,13 @@ fn records(compression: Compression) -> Bytes {
     annal_client::encode_batch(&rs, compression).unwrap()
 }
 
-const CODECS: [Compression; 5] =
-    [Compression::None, Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd];
+const CODECS: [Compression; 5] = [
+    Compression::None,
+    Compression::Gzip,
+    Compression::Snappy,
+    Compression::Lz4,
+    Compression::Zstd,
+];
 
 fn request_seeds() {
     let t = "request_frame";
@@ -120,18 +131,33 @@ fn request_seeds() {
     // Populated requests: what clients really send, with topics, partitions, records and groups.
     for v in 0..=12 {
         for (i, c) in CODECS.iter().enumerate() {
-            let produce = ProduceRequest::default().with_acks(-1).with_timeout_ms(30_000).with_topic_data(vec![
-                TopicProduceData::default().with_name(TopicName(s("fuzz"))).with_partition_data(vec![
-                    PartitionProduceData::default().with_index(0).with_records(Some(records(*c))),
-                ]),
-            ]);
-            emit(ApiKey::Produce, v, frame(ApiKey::Produce, v, &produce), &format!("codec{i}"));
+            let produce = ProduceRequest::default()
+                .with_acks(-1)
+                .with_timeout_ms(30_000)
+                .with_topic_data(vec![TopicProduceData::default()
+                    .with_name(TopicName(s("fuzz")))
+                    .with_partition_data(vec![PartitionProduceData::default()
+                        .with_index(0)
+                        .with_records(Some(records(*c)))])]);
+            emit(
+                ApiKey::Produce,
+                v,
+                frame(ApiKey::Produce, v, &produce),
+                &format!("codec{i}"),
+            );
         }
     }
     for v in 4..=17 {
-        let partition = FetchPartition::default().with_partition(0).with_fetch_offset(5).with_partition_max_bytes(1 << 20);
-        let by_name = FetchTopic::default().with_topic(TopicName(s("fuzz"))).with_partitions(vec![partition.clone()]);
-        let by_id = FetchTopic::default().with_topic_id(topic_id).with_partitions(vec![partition]);
+        let partition = FetchPartition::default()
+            .with_partition(0)
+            .with_fetch_offset(5)
+            .with_partition_max_bytes(1 << 20);
+        let by_name = FetchTopic::default()
+            .with_topic(TopicName(s("fuzz")))
+            .with_partitions(vec![partition.clone()]);
+        let by_id = FetchTopic::default()
+            .with_topic_id(topic_id)
+            .with_partitions(vec![partition]);
         for (label, topic) in [("name", by_name), ("id", by_id)] {
             let fetch = FetchRequest::default()
                 .with_max_wait_ms(500)
@@ -143,24 +169,49 @@ fn request_seeds() {
         }
     }
     for v in 0..=12 {
-        let md = MetadataRequest::default().with_allow_auto_topic_creation(true).with_topics(Some(vec![
-            MetadataRequestTopic::default().with_name(Some(TopicName(s("fuzz")))),
-        ]));
-        emit(ApiKey::Metadata, v, frame(ApiKey::Metadata, v, &md), "topics");
+        let md = MetadataRequest::default()
+            .with_allow_auto_topic_creation(true)
+            .with_topics(Some(vec![
+                MetadataRequestTopic::default().with_name(Some(TopicName(s("fuzz"))))
+            ]));
+        emit(
+            ApiKey::Metadata,
+            v,
+            frame(ApiKey::Metadata, v, &md),
+            "topics",
+        );
     }
     for v in 2..=7 {
-        let ct = CreateTopicsRequest::default().with_timeout_ms(5000).with_topics(vec![CreatableTopic::default()
-            .with_name(TopicName(s("fuzz")))
-            .with_num_partitions(3)
-            .with_replication_factor(1)
-            .with_configs(vec![CreatableTopicConfig::default().with_name(s("retention.ms")).with_value(Some(s("1000")))])]);
-        emit(ApiKey::CreateTopics, v, frame(ApiKey::CreateTopics, v, &ct), "topic");
+        let ct = CreateTopicsRequest::default()
+            .with_timeout_ms(5000)
+            .with_topics(vec![CreatableTopic::default()
+                .with_name(TopicName(s("fuzz")))
+                .with_num_partitions(3)
+                .with_replication_factor(1)
+                .with_configs(vec![CreatableTopicConfig::default()
+                    .with_name(s("retention.ms"))
+                    .with_value(Some(s("1000")))])]);
+        emit(
+            ApiKey::CreateTopics,
+            v,
+            frame(ApiKey::CreateTopics, v, &ct),
+            "topic",
+        );
     }
     for v in 1..=9 {
-        let lo = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![ListOffsetsTopic::default()
-            .with_name(TopicName(s("fuzz")))
-            .with_partitions(vec![ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-1)])]);
-        emit(ApiKey::ListOffsets, v, frame(ApiKey::ListOffsets, v, &lo), "latest");
+        let lo = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(TopicName(s("fuzz")))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(0)
+                    .with_timestamp(-1)])]);
+        emit(
+            ApiKey::ListOffsets,
+            v,
+            frame(ApiKey::ListOffsets, v, &lo),
+            "latest",
+        );
     }
     for v in 0..=9 {
         let jg = JoinGroupRequest::default()
@@ -170,8 +221,15 @@ fn request_seeds() {
             .with_protocol_type(s("consumer"))
             .with_protocols(vec![JoinGroupRequestProtocol::default()
                 .with_name(s("range"))
-                .with_metadata(Bytes::from_static(b"\x00\x03\x00\x00\x00\x01\x00\x04fuzz\xff\xff\xff\xff"))]);
-        emit(ApiKey::JoinGroup, v, frame(ApiKey::JoinGroup, v, &jg), "consumer");
+                .with_metadata(Bytes::from_static(
+                    b"\x00\x03\x00\x00\x00\x01\x00\x04fuzz\xff\xff\xff\xff",
+                ))]);
+        emit(
+            ApiKey::JoinGroup,
+            v,
+            frame(ApiKey::JoinGroup, v, &jg),
+            "consumer",
+        );
     }
     for v in 0..=5 {
         let sg = SyncGroupRequest::default()
@@ -181,24 +239,46 @@ fn request_seeds() {
             .with_assignments(vec![SyncGroupRequestAssignment::default()
                 .with_member_id(s("m-1"))
                 .with_assignment(Bytes::from_static(b"\x00\x03\x00\x00\x00\x01\x00\x04fuzz\x00\x00\x00\x01\x00\x00\x00\x00\xff\xff\xff\xff"))]);
-        emit(ApiKey::SyncGroup, v, frame(ApiKey::SyncGroup, v, &sg), "leader");
+        emit(
+            ApiKey::SyncGroup,
+            v,
+            frame(ApiKey::SyncGroup, v, &sg),
+            "leader",
+        );
     }
     for v in 2..=9 {
         let oc = OffsetCommitRequest::default()
             .with_group_id(GroupId(s("g")))
             .with_generation_id_or_member_epoch(1)
             .with_member_id(s("m-1"))
-            .with_topics(vec![OffsetCommitRequestTopic::default().with_name(TopicName(s("fuzz"))).with_partitions(
-                vec![OffsetCommitRequestPartition::default().with_partition_index(0).with_committed_offset(42)],
-            )]);
-        emit(ApiKey::OffsetCommit, v, frame(ApiKey::OffsetCommit, v, &oc), "commit");
+            .with_topics(vec![OffsetCommitRequestTopic::default()
+                .with_name(TopicName(s("fuzz")))
+                .with_partitions(vec![OffsetCommitRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_committed_offset(42)])]);
+        emit(
+            ApiKey::OffsetCommit,
+            v,
+            frame(ApiKey::OffsetCommit, v, &oc),
+            "commit",
+        );
     }
     for v in 0..=1 {
-        let iac = IncrementalAlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
-            .with_resource_type(2)
-            .with_resource_name(s("fuzz"))
-            .with_configs(vec![AlterableConfig::default().with_name(s("retention.ms")).with_config_operation(0).with_value(Some(s("5")))])]);
-        emit(ApiKey::IncrementalAlterConfigs, v, frame(ApiKey::IncrementalAlterConfigs, v, &iac), "set");
+        let iac = IncrementalAlterConfigsRequest::default().with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(s("fuzz"))
+                .with_configs(vec![AlterableConfig::default()
+                    .with_name(s("retention.ms"))
+                    .with_config_operation(0)
+                    .with_value(Some(s("5")))]),
+        ]);
+        emit(
+            ApiKey::IncrementalAlterConfigs,
+            v,
+            frame(ApiKey::IncrementalAlterConfigs, v, &iac),
+            "set",
+        );
     }
     for v in 0..=1 {
         let hb = ConsumerGroupHeartbeatRequest::default()
@@ -206,7 +286,12 @@ fn request_seeds() {
             .with_member_epoch(0)
             .with_rebalance_timeout_ms(30_000)
             .with_subscribed_topic_names(Some(vec![TopicName(s("fuzz"))]));
-        emit(ApiKey::ConsumerGroupHeartbeat, v, frame(ApiKey::ConsumerGroupHeartbeat, v, &hb), "join");
+        emit(
+            ApiKey::ConsumerGroupHeartbeat,
+            v,
+            frame(ApiKey::ConsumerGroupHeartbeat, v, &hb),
+            "join",
+        );
     }
     println!("request_frame: {n} seeds");
 }
@@ -214,17 +299,31 @@ fn request_seeds() {
 fn batch_seeds() {
     clear("record_batch");
     clear("client_records");
-    let kv = [(Some(b"k".as_slice()), Some(b"v".as_slice())), (None, Some(b"value two".as_slice())), (None, None)];
+    let kv = [
+        (Some(b"k".as_slice()), Some(b"v".as_slice())),
+        (None, Some(b"value two".as_slice())),
+        (None, None),
+    ];
     let plain = batch::build_uncompressed_batch(&kv, 1_700_000_000_000);
     let idempotent = batch::build_batch(
         &kv,
         &[1_700_000_000_000, 1_700_000_000_005, 1_699_999_999_000],
-        ProducerFields { producer_id: 4000, producer_epoch: 0, base_sequence: 0, transactional: false },
+        ProducerFields {
+            producer_id: 4000,
+            producer_epoch: 0,
+            base_sequence: 0,
+            transactional: false,
+        },
     );
     let transactional = batch::build_batch(
         &kv[..1],
         &[1_700_000_000_000],
-        ProducerFields { producer_id: 4001, producer_epoch: 2, base_sequence: 10, transactional: true },
+        ProducerFields {
+            producer_id: 4001,
+            producer_epoch: 2,
+            base_sequence: 10,
+            transactional: true,
+        },
     );
     let mut seeds: Vec<(String, Vec<u8>)> = vec![
         ("plain".into(), plain.clone()),
@@ -244,7 +343,9 @@ fn batch_seeds() {
     }
     for v in 0..=3 {
         let a = ConsumerProtocolAssignment::default()
-            .with_assigned_partitions(vec![TopicPartition::default().with_topic(TopicName(s("fuzz"))).with_partitions(vec![0, 2])])
+            .with_assigned_partitions(vec![TopicPartition::default()
+                .with_topic(TopicName(s("fuzz")))
+                .with_partitions(vec![0, 2])])
             .with_user_data(Some(Bytes::from_static(b"sticky")));
         let mut out = BytesMut::new();
         out.extend_from_slice(&(v as i16).to_be_bytes());
@@ -259,8 +360,17 @@ fn batch_seeds() {
 
 fn log_seeds() {
     clear("log_recovery");
-    let producer = |id: i64, seq: i32| ProducerFields { producer_id: id, producer_epoch: 0, base_sequence: seq, transactional: false };
-    for (name, close, codec_rounds) in [("clean", true, false), ("unclean", false, false), ("compressed", true, true)] {
+    let producer = |id: i64, seq: i32| ProducerFields {
+        producer_id: id,
+        producer_epoch: 0,
+        base_sequence: seq,
+        transactional: false,
+    };
+    for (name, close, codec_rounds) in [
+        ("clean", true, false),
+        ("unclean", false, false),
+        ("compressed", true, true),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let mut log = Log::open(dir.path(), small_log_config()).unwrap();
         let mut sequence = 0;
@@ -270,11 +380,25 @@ fn log_seeds() {
                 records(CODECS[(i as usize / 2) % 5]).to_vec()
             } else if i % 3 == 0 {
                 sequence += 1;
-                batch::build_batch(&[(None, Some(value.as_slice()))], &[1_700_000_000_000 + i as i64 * 1000], producer(77, sequence - 1))
+                batch::build_batch(
+                    &[(None, Some(value.as_slice()))],
+                    &[1_700_000_000_000 + i as i64 * 1000],
+                    producer(77, sequence - 1),
+                )
             } else {
-                batch::build_uncompressed_batch(&[(Some(b"k".as_slice()), Some(value.as_slice()))], 1_700_000_000_000 + i as i64 * 1000)
+                batch::build_uncompressed_batch(
+                    &[(Some(b"k".as_slice()), Some(value.as_slice()))],
+                    1_700_000_000_000 + i as i64 * 1000,
+                )
             };
-            log.append(&mut b, &AppendOptions { leader_epoch: i / 20, ..AppendOptions::default() }).unwrap();
+            log.append(
+                &mut b,
+                &AppendOptions {
+                    leader_epoch: i / 20,
+                    ..AppendOptions::default()
+                },
+            )
+            .unwrap();
         }
         if close {
             log.close().unwrap();
@@ -293,21 +417,36 @@ fn metadata_seeds() {
     clear("raft_entry");
     let topic_id = uuid::Uuid::from_u128(42);
     let records = vec![
-        MetadataRecord::FeatureLevel(FeatureLevelRecord { name: "metadata.version".into(), feature_level: 21 }),
+        MetadataRecord::FeatureLevel(FeatureLevelRecord {
+            name: "metadata.version".into(),
+            feature_level: 21,
+        }),
         MetadataRecord::RegisterBroker(RegisterBrokerRecord {
             broker_id: 1,
             is_migrating_zk_broker: false,
             incarnation_id: uuid::Uuid::from_u128(7),
             broker_epoch: 5,
-            end_points: vec![BrokerEndpoint { name: "PLAINTEXT".into(), host: "localhost".into(), port: 9092, security_protocol: 0 }],
-            features: vec![BrokerFeature { name: "metadata.version".into(), min_supported_version: 1, max_supported_version: 21 }],
+            end_points: vec![BrokerEndpoint {
+                name: "PLAINTEXT".into(),
+                host: "localhost".into(),
+                port: 9092,
+                security_protocol: 0,
+            }],
+            features: vec![BrokerFeature {
+                name: "metadata.version".into(),
+                min_supported_version: 1,
+                max_supported_version: 21,
+            }],
             rack: Some("r1".into()),
             fenced: true,
             in_controlled_shutdown: false,
             log_dirs: vec![uuid::Uuid::from_u128(9)],
         }),
         MetadataRecord::UnfenceBroker(UnfenceBrokerRecord { id: 1, epoch: 5 }),
-        MetadataRecord::Topic(TopicRecord { name: "fuzz".into(), topic_id }),
+        MetadataRecord::Topic(TopicRecord {
+            name: "fuzz".into(),
+            topic_id,
+        }),
         MetadataRecord::Partition(PartitionRecord {
             partition_id: 0,
             topic_id,
@@ -323,13 +462,35 @@ fn metadata_seeds() {
             eligible_leader_replicas: None,
             last_known_elr: None,
         }),
-        MetadataRecord::Config(ConfigRecord { resource_type: 2, resource_name: "fuzz".into(), name: "retention.ms".into(), value: Some("1000".into()) }),
-        MetadataRecord::PartitionChange(PartitionChangeRecord { isr: Some(vec![1]), leader: 1, ..PartitionChangeRecord::new(topic_id, 0) }),
-        MetadataRecord::ProducerIds(ProducerIdsRecord { broker_id: 1, broker_epoch: 5, next_producer_id: 1000 }),
-        MetadataRecord::BrokerRegistrationChange(BrokerRegistrationChangeRecord { broker_id: 1, broker_epoch: 5, fenced: 0, in_controlled_shutdown: 1, log_dirs: vec![] }),
+        MetadataRecord::Config(ConfigRecord {
+            resource_type: 2,
+            resource_name: "fuzz".into(),
+            name: "retention.ms".into(),
+            value: Some("1000".into()),
+        }),
+        MetadataRecord::PartitionChange(PartitionChangeRecord {
+            isr: Some(vec![1]),
+            leader: 1,
+            ..PartitionChangeRecord::new(topic_id, 0)
+        }),
+        MetadataRecord::ProducerIds(ProducerIdsRecord {
+            broker_id: 1,
+            broker_epoch: 5,
+            next_producer_id: 1000,
+        }),
+        MetadataRecord::BrokerRegistrationChange(BrokerRegistrationChangeRecord {
+            broker_id: 1,
+            broker_epoch: 5,
+            fenced: 0,
+            in_controlled_shutdown: 1,
+            log_dirs: vec![],
+        }),
         MetadataRecord::FenceBroker(FenceBrokerRecord { id: 1, epoch: 5 }),
         MetadataRecord::RemoveTopic(RemoveTopicRecord { topic_id }),
-        MetadataRecord::UnregisterBroker(UnregisterBrokerRecord { broker_id: 1, broker_epoch: 5 }),
+        MetadataRecord::UnregisterBroker(UnregisterBrokerRecord {
+            broker_id: 1,
+            broker_epoch: 5,
+        }),
     ];
     let mut sequence = Vec::new();
     for r in &records {
@@ -352,7 +513,10 @@ fn metadata_seeds() {
         ),
     ];
     for (name, header, payload) in entries {
-        let mut kvs: Vec<batch::KeyValue<'_>> = vec![(Some(b"annal.raft.entry".as_slice()), Some(header.as_bytes()))];
+        let mut kvs: Vec<batch::KeyValue<'_>> = vec![(
+            Some(b"annal.raft.entry".as_slice()),
+            Some(header.as_bytes()),
+        )];
         kvs.extend(payload.iter().map(|r| (None, Some(r.as_slice()))));
         let mut bytes = batch::build_uncompressed_batch(&kvs, 1_700_000_000_000);
         batch::assign_offset(&mut bytes, 3, 4);
@@ -372,50 +536,83 @@ fn group_seeds() {
     };
     put("offset-key", 0, group_records::offset_key("g", "fuzz", 3));
     put("group-key", 0, group_records::group_key("g"));
-    put("offset-value", 1, group_records::offset_value(&group_records::OffsetValue {
-        offset: 42, leader_epoch: 3, metadata: "m".into(), commit_timestamp: 1_700_000_000_000, expire_timestamp: None,
-    }));
-    put("offset-value-v1", 1, group_records::offset_value(&group_records::OffsetValue {
-        offset: 42, leader_epoch: -1, metadata: "".into(), commit_timestamp: 1_700_000_000_000, expire_timestamp: Some(1_700_000_100_000),
-    }));
-    put("group-value", 2, group_records::group_value(&group_records::GroupValue {
-        protocol_type: "consumer".into(),
-        generation: 3,
-        protocol: Some("range".into()),
-        leader: Some("m-1".into()),
-        current_state_timestamp: 1_700_000_000_000,
-        members: vec![group_records::MemberValue {
-            member_id: "m-1".into(),
-            instance_id: Some("i-1".into()),
-            client_id: "c".into(),
-            client_host: "/127.0.0.1".into(),
-            rebalance_timeout_ms: 30_000,
-            session_timeout_ms: 10_000,
-            subscription: Bytes::from_static(b"\x00\x03\x00\x00\x00\x01\x00\x04fuzz"),
-            assignment: Bytes::from_static(b"\x00\x03\x00\x00\x00\x00"),
-        }],
-    }));
-    put("group-value-empty", 2, group_records::group_value(&group_records::GroupValue {
-        protocol_type: "".into(), generation: 0, protocol: None, leader: None, current_state_timestamp: -1, members: vec![],
-    }));
+    put(
+        "offset-value",
+        1,
+        group_records::offset_value(&group_records::OffsetValue {
+            offset: 42,
+            leader_epoch: 3,
+            metadata: "m".into(),
+            commit_timestamp: 1_700_000_000_000,
+            expire_timestamp: None,
+        }),
+    );
+    put(
+        "offset-value-v1",
+        1,
+        group_records::offset_value(&group_records::OffsetValue {
+            offset: 42,
+            leader_epoch: -1,
+            metadata: "".into(),
+            commit_timestamp: 1_700_000_000_000,
+            expire_timestamp: Some(1_700_000_100_000),
+        }),
+    );
+    put(
+        "group-value",
+        2,
+        group_records::group_value(&group_records::GroupValue {
+            protocol_type: "consumer".into(),
+            generation: 3,
+            protocol: Some("range".into()),
+            leader: Some("m-1".into()),
+            current_state_timestamp: 1_700_000_000_000,
+            members: vec![group_records::MemberValue {
+                member_id: "m-1".into(),
+                instance_id: Some("i-1".into()),
+                client_id: "c".into(),
+                client_host: "/127.0.0.1".into(),
+                rebalance_timeout_ms: 30_000,
+                session_timeout_ms: 10_000,
+                subscription: Bytes::from_static(b"\x00\x03\x00\x00\x00\x01\x00\x04fuzz"),
+                assignment: Bytes::from_static(b"\x00\x03\x00\x00\x00\x00"),
+            }],
+        }),
+    );
+    put(
+        "group-value-empty",
+        2,
+        group_records::group_value(&group_records::GroupValue {
+            protocol_type: "".into(),
+            generation: 0,
+            protocol: None,
+            leader: None,
+            current_state_timestamp: -1,
+            members: vec![],
+        }),
+    );
 }
 
 fn response_seeds() {
     let t = "client_response";
     clear(t);
     let mut n = 0;
-    let mut emit = |key: ApiKey, version: i16, header_version: i16, body: Option<BytesMut>, label: &str| {
-        let Some(body) = body else { return };
-        let range = key.valid_versions();
-        let mut seed = (key as i16).to_be_bytes().to_vec();
-        seed.extend_from_slice(&((version - range.min) as u16).to_be_bytes());
-        let mut h = BytesMut::new();
-        ResponseHeader::default().with_correlation_id(7).encode(&mut h, header_version).unwrap();
-        seed.extend_from_slice(&h);
-        seed.extend_from_slice(&body);
-        write(t, &format!("{key:?}-v{version}-{label}"), &seed);
-        n += 1;
-    };
+    let mut emit =
+        |key: ApiKey, version: i16, header_version: i16, body: Option<BytesMut>, label: &str| {
+            let Some(body) = body else { return };
+            let range = key.valid_versions();
+            let mut seed = (key as i16).to_be_bytes().to_vec();
+            seed.extend_from_slice(&((version - range.min) as u16).to_be_bytes());
+            let mut h = BytesMut::new();
+            ResponseHeader::default()
+                .with_correlation_id(7)
+                .encode(&mut h, header_version)
+                .unwrap();
+            seed.extend_from_slice(&h);
+            seed.extend_from_slice(&body);
+            write(t, &format!("{key:?}-v{version}-{label}"), &seed);
+            n += 1;
+        };
     macro_rules! responses {
         ($($key:ident => $ty:ty),* $(,)?) => {$(
             let r = ApiKey::$key.valid_versions();
@@ -439,23 +636,53 @@ fn response_seeds() {
     for v in 4..=17 {
         let resp = FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()
             .with_topic(TopicName(s("fuzz")))
-            .with_partitions(vec![PartitionData::default().with_partition_index(0).with_high_watermark(3).with_records(Some(records(Compression::Lz4)))])]);
+            .with_partitions(vec![PartitionData::default()
+                .with_partition_index(0)
+                .with_high_watermark(3)
+                .with_records(Some(records(Compression::Lz4)))])]);
         let mut b = BytesMut::new();
-        emit(ApiKey::Fetch, v, FetchResponse::header_version(v), resp.encode(&mut b, v).ok().map(|_| b), "records");
+        emit(
+            ApiKey::Fetch,
+            v,
+            FetchResponse::header_version(v),
+            resp.encode(&mut b, v).ok().map(|_| b),
+            "records",
+        );
     }
     for v in 0..=12 {
         let resp = MetadataResponse::default()
-            .with_brokers(vec![MetadataResponseBroker::default().with_node_id(BrokerId(1)).with_host(s("localhost")).with_port(9092)])
-            .with_topics(vec![MetadataResponseTopic::default().with_name(Some(TopicName(s("fuzz")))).with_partitions(vec![
-                MetadataResponsePartition::default().with_leader_id(BrokerId(1)).with_replica_nodes(vec![BrokerId(1)]).with_isr_nodes(vec![BrokerId(1)]),
-            ])]);
+            .with_brokers(vec![MetadataResponseBroker::default()
+                .with_node_id(BrokerId(1))
+                .with_host(s("localhost"))
+                .with_port(9092)])
+            .with_topics(vec![MetadataResponseTopic::default()
+                .with_name(Some(TopicName(s("fuzz"))))
+                .with_partitions(vec![MetadataResponsePartition::default()
+                    .with_leader_id(BrokerId(1))
+                    .with_replica_nodes(vec![BrokerId(1)])
+                    .with_isr_nodes(vec![BrokerId(1)])])]);
         let mut b = BytesMut::new();
-        emit(ApiKey::Metadata, v, MetadataResponse::header_version(v), resp.encode(&mut b, v).ok().map(|_| b), "topic");
+        emit(
+            ApiKey::Metadata,
+            v,
+            MetadataResponse::header_version(v),
+            resp.encode(&mut b, v).ok().map(|_| b),
+            "topic",
+        );
     }
     for v in 0..=4 {
-        let resp = ApiVersionsResponse::default().with_api_keys(vec![ApiVersion::default().with_api_key(0).with_min_version(3).with_max_version(12)]);
+        let resp = ApiVersionsResponse::default().with_api_keys(vec![ApiVersion::default()
+            .with_api_key(0)
+            .with_min_version(3)
+            .with_max_version(12)]);
         let mut b = BytesMut::new();
-        emit(ApiKey::ApiVersions, v, 0, resp.encode(&mut b, v).ok().map(|_| b), "keys");
+        emit(
+            ApiKey::ApiVersions,
+            v,
+            0,
+            resp.encode(&mut b, v).ok().map(|_| b),
+            "keys",
+        );
     }
     println!("client_response: {n} seeds");
 }
@@ -470,5 +697,9 @@ fn main() {
     // The structured batch target reads `arbitrary` input: any bytes make a start.
     write("record_batch_structured", "zeros", &[0u8; 64]);
     write("record_batch_structured", "ones", &[1u8; 256]);
-    write("record_batch_structured", "mixed", &(0..=255u8).cycle().take(1024).collect::<Vec<_>>());
+    write(
+        "record_batch_structured",
+        "mixed",
+        &(0..=255u8).cycle().take(1024).collect::<Vec<_>>(),
+    );
 }

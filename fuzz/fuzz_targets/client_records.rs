@@ -13,8 +13,13 @@ fuzz_target!(|data: &[u8]| {
             return;
         }
         let offset = i64::from_be_bytes(rest[..8].try_into().expect("8 bytes"));
-        if let Ok(decoded) = annal_client::decode_fetched(bytes::Bytes::copy_from_slice(&rest[8..]), offset) {
-            assert!(decoded.records.iter().all(|r| r.offset >= offset), "a record before the fetch offset");
+        if let Ok(decoded) =
+            annal_client::decode_fetched(bytes::Bytes::copy_from_slice(&rest[8..]), offset)
+        {
+            assert!(
+                decoded.records.iter().all(|r| r.offset >= offset),
+                "a record before the fetch offset"
+            );
         }
     } else {
         let _ = annal_client::decode_assignment(rest);

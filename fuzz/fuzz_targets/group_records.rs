@@ -10,9 +10,20 @@ fuzz_target!(|data: &[u8]| {
     };
     match which % 3 {
         0 => match records::decode_key(bytes) {
-            Some(RecordKey::Offset { group, topic, partition }) => {
+            Some(RecordKey::Offset {
+                group,
+                topic,
+                partition,
+            }) => {
                 let again = records::decode_key(&records::offset_key(&group, &topic, partition));
-                assert_eq!(again, Some(RecordKey::Offset { group, topic, partition }));
+                assert_eq!(
+                    again,
+                    Some(RecordKey::Offset {
+                        group,
+                        topic,
+                        partition
+                    })
+                );
             }
             Some(RecordKey::Group { group }) => {
                 let again = records::decode_key(&records::group_key(&group));
@@ -23,13 +34,21 @@ fuzz_target!(|data: &[u8]| {
         1 => {
             if let Some(v) = records::decode_offset_value(bytes) {
                 let again = records::decode_offset_value(&records::offset_value(&v));
-                assert_eq!(again.as_ref(), Some(&v), "offset value changed through encode + decode");
+                assert_eq!(
+                    again.as_ref(),
+                    Some(&v),
+                    "offset value changed through encode + decode"
+                );
             }
         }
         _ => {
             if let Some(v) = records::decode_group_value(bytes) {
                 let again = records::decode_group_value(&records::group_value(&v));
-                assert_eq!(again.as_ref(), Some(&v), "group value changed through encode + decode");
+                assert_eq!(
+                    again.as_ref(),
+                    Some(&v),
+                    "group value changed through encode + decode"
+                );
             }
         }
     }

@@ -11,7 +11,9 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     let dir = annal_fuzz::scratch_dir();
     let files = annal_fuzz::unpack_files(data, 16);
-    let fully_recovered = !files.iter().any(|(kind, _, _)| *kind == annal_fuzz::FileKind::Checkpoint);
+    let fully_recovered = !files
+        .iter()
+        .any(|(kind, _, _)| *kind == annal_fuzz::FileKind::Checkpoint);
     for (kind, base, bytes) in files {
         std::fs::write(dir.path().join(kind.file_name(base)), bytes).expect("write a scratch file");
     }
@@ -25,12 +27,18 @@ fuzz_target!(|data: &[u8]| {
     let mut reads = 0;
     while offset < end && reads < 64 {
         reads += 1;
-        let Ok(read) = log.read(offset, 4096, None) else { break };
+        let Ok(read) = log.read(offset, 4096, None) else {
+            break;
+        };
         let Some(slice) = read.slice else { break };
-        let Ok(bytes) = slice.read_to_vec() else { break };
+        let Ok(bytes) = slice.read_to_vec() else {
+            break;
+        };
         let batches = match batch::validate_batches(&bytes, u32::MAX) {
             Ok(batches) => batches,
-            Err(e) if fully_recovered => panic!("recovered log served invalid batches at offset {offset}: {e}"),
+            Err(e) if fully_recovered => {
+                panic!("recovered log served invalid batches at offset {offset}: {e}")
+            }
             Err(_) => break,
         };
         let next = batches.last().map_or(offset, |b| b.header.next_offset());
@@ -42,12 +50,19 @@ fuzz_target!(|data: &[u8]| {
     let _ = log.offset_for_timestamp(0);
     let _ = log.offset_for_timestamp(i64::MAX);
     let _ = log.max_timestamp();
-    let mut fresh = batch::build_uncompressed_batch(&[(None, Some(b"after recovery".as_slice()))], 1_700_000_000_000);
+    let mut fresh = batch::build_uncompressed_batch(
+        &[(None, Some(b"after recovery".as_slice()))],
+        1_700_000_000_000,
+    );
     let appended = log.append(&mut fresh, &AppendOptions::default()).is_ok();
     let end = log.log_end_offset();
     if log.close().is_err() {
         return;
     }
     let reopened = Log::open(dir.path(), config).expect("a log that closed cleanly reopens");
-    assert_eq!(reopened.log_end_offset(), end, "log end changed across a clean close (appended: {appended})");
+    assert_eq!(
+        reopened.log_end_offset(),
+        end,
+        "log end changed across a clean close (appended: {appended})"
+    );
 });

@@ -18,7 +18,10 @@ fuzz_target!(|data: &[u8]| {
             continue;
         };
         let again = MetadataRecord::decode(&record.encode()).expect("an encoded record decodes");
-        assert_eq!(again, record, "metadata record changed through encode + decode");
+        assert_eq!(
+            again, record,
+            "metadata record changed through encode + decode"
+        );
         let _ = image.try_apply(offset, &record);
         offset += 1;
     }

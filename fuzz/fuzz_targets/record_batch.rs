@@ -16,7 +16,8 @@ fuzz_target!(|data: &[u8]| {
     let mut guard = LOG.lock().unwrap_or_else(|p| p.into_inner());
     let scratch = guard.get_or_insert_with(|| {
         let dir = annal_fuzz::scratch_dir();
-        let log = annal_log::Log::open(dir.path(), annal_fuzz::small_log_config()).expect("open a scratch log");
+        let log = annal_log::Log::open(dir.path(), annal_fuzz::small_log_config())
+            .expect("open a scratch log");
         Scratch { log, _dir: dir }
     });
     annal_fuzz::check_batches(data, &mut scratch.log);

@@ -10,7 +10,9 @@ use arbitrary::Arbitrary;
 use bytes::{Bytes, BytesMut};
 use indexmap::IndexMap;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]
@@ -78,13 +80,20 @@ fn encode(spec: &BatchSpec) -> Option<Bytes> {
             partition_leader_epoch: -1,
             producer_id: spec.producer_id,
             producer_epoch: spec.producer_epoch,
-            timestamp_type: if spec.log_append_time { TimestampType::LogAppend } else { TimestampType::Creation },
+            timestamp_type: if spec.log_append_time {
+                TimestampType::LogAppend
+            } else {
+                TimestampType::Creation
+            },
             offset: spec.base_offset.wrapping_add(i as i64),
             // One batch: the encoder starts a new one whenever offset - sequence changes.
             sequence: spec.base_sequence.wrapping_add(i as i32),
             timestamp: spec.timestamp.wrapping_add(r.timestamp_delta as i64),
             key: r.key.clone().map(Bytes::from),
-            value: r.value.as_ref().map(|v| Bytes::from(v.repeat(1 + r.repeat as usize % 32))),
+            value: r
+                .value
+                .as_ref()
+                .map(|v| Bytes::from(v.repeat(1 + r.repeat as usize % 32))),
             headers: r
                 .headers
                 .iter()
@@ -94,7 +103,10 @@ fn encode(spec: &BatchSpec) -> Option<Bytes> {
         })
         .collect();
     let mut buf = BytesMut::new();
-    let options = RecordEncodeOptions { version: 2, compression: codec(spec.codec) };
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: codec(spec.codec),
+    };
     RecordBatchEncoder::encode(&mut buf, &records, &options).ok()?;
     Some(buf.freeze())
 }
@@ -104,7 +116,9 @@ fn fix_crcs(data: &mut [u8]) {
     let mut at = 0usize;
     while data.len() - at >= annal_log::batch::HEADER_SIZE {
         let len = i32::from_be_bytes([data[at + 8], data[at + 9], data[at + 10], data[at + 11]]);
-        let Some(size) = usize::try_from(len).ok().and_then(|l| l.checked_add(12)) else { return };
+        let Some(size) = usize::try_from(len).ok().and_then(|l| l.checked_add(12)) else {
+            return;
+        };
         if size < annal_log::batch::HEADER_SIZE || size > data.len() - at {
             return;
         }
@@ -153,7 +167,8 @@ fuzz_target!(|input: Input| {
     let mut guard = LOG.lock().unwrap_or_else(|p| p.into_inner());
     let scratch = guard.get_or_insert_with(|| {
         let dir = annal_fuzz::scratch_dir();
-        let log = annal_log::Log::open(dir.path(), annal_fuzz::small_log_config()).expect("open a scratch log");
+        let log = annal_log::Log::open(dir.path(), annal_fuzz::small_log_config())
+            .expect("open a scratch log");
         Scratch { log, _dir: dir }
     });
     annal_fuzz::check_batches(&data, &mut scratch.log);

@@ -119,7 +119,10 @@ pub fn small_log_config() -> annal_log::LogConfig {
 pub fn scratch_dir() -> tempfile::TempDir {
     let shm = Path::new("/dev/shm");
     if shm.is_dir() {
-        if let Ok(dir) = tempfile::Builder::new().prefix("annal-fuzz").tempdir_in(shm) {
+        if let Ok(dir) = tempfile::Builder::new()
+            .prefix("annal-fuzz")
+            .tempdir_in(shm)
+        {
             return dir;
         }
     }
@@ -151,17 +154,26 @@ pub fn check_batches(data: &[u8], log: &mut annal_log::Log) {
     let _ = annal_client::decode_fetched(bytes::Bytes::from(copy), 0);
 
     let mut append = data.to_vec();
-    if log.append(&mut append, &annal_log::AppendOptions::default()).is_ok() {
+    if log
+        .append(&mut append, &annal_log::AppendOptions::default())
+        .is_ok()
+    {
         let end = log.log_end_offset();
-        let read = log.read(log.log_start_offset(), 1 << 20, None).expect("read what was appended");
+        let read = log
+            .read(log.log_start_offset(), 1 << 20, None)
+            .expect("read what was appended");
         if let Some(slice) = read.slice {
             let bytes = slice.read_to_vec().expect("read the appended file range");
-            assert!(batch::validate_batches(&bytes, u32::MAX).is_ok(), "the log returned invalid batches");
+            assert!(
+                batch::validate_batches(&bytes, u32::MAX).is_ok(),
+                "the log returned invalid batches"
+            );
         }
         assert!(end > 0);
     }
     // Keep the log small: a long run appends millions of batches.
     if log.size_bytes() > 1 << 20 {
-        log.truncate_to(log.log_start_offset()).expect("truncate the scratch log");
+        log.truncate_to(log.log_start_offset())
+            .expect("truncate the scratch log");
     }
 }
