@@ -25,8 +25,8 @@ cd "$here"
 
 mode="${1:-short}"
 [ $# -gt 0 ] && shift
-all_targets=(request_frame record_batch record_batch_structured log_recovery metadata_record raft_entry
-             group_records client_response client_records)
+all_targets=(request_frame record_batch record_batch_structured log_recovery producer_snapshot metadata_record
+             raft_entry group_records client_response client_records)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
 build_flags=(${FUZZ_BUILD_FLAGS:--s none -O})

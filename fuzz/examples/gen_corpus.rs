@@ -360,6 +360,7 @@ fn batch_seeds() {
 
 fn log_seeds() {
     clear("log_recovery");
+    clear("producer_snapshot");
     let producer = |id: i64, seq: i32| ProducerFields {
         producer_id: id,
         producer_epoch: 0,
@@ -405,6 +406,14 @@ fn log_seeds() {
         } else {
             log.flush().unwrap();
             drop(log);
+        }
+        for e in std::fs::read_dir(dir.path()).unwrap().flatten() {
+            let file = e.file_name().to_string_lossy().to_string();
+            if file.ends_with(".snapshot") {
+                // The producer_snapshot target takes what follows the version and CRC.
+                let bytes = std::fs::read(e.path()).unwrap();
+                write("producer_snapshot", &format!("{name}-{file}"), &bytes[6..]);
+            }
         }
         let packed = pack_dir(dir.path()).unwrap();
         write("log_recovery", name, &packed);
