@@ -9,6 +9,12 @@ echo "== cargo: build and unit/integration tests"
 cargo build --release --locked --bin annal
 cargo test --workspace --locked --release 2>&1
 
+echo "== fuzz: each decoder's cargo-fuzz target for a short budget from its committed corpus (fuzz/README.md)"
+# Installs nightly and cargo-fuzz if missing. FUZZ_SECONDS sets the time per target; ANNAL_FUZZ=0 skips this step.
+if [ "${ANNAL_FUZZ:-1}" != 0 ]; then
+  fuzz/run.sh short
+fi
+
 if [ -x tests/interop/run.sh ]; then
   echo "== interop: real Kafka clients against a real annal broker"
   ANNAL_BIN="$PWD/target/release/annal" INTEROP_GROUPS=1 INTEROP_CLUSTER=1 tests/interop/run.sh

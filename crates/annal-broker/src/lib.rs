@@ -35,6 +35,7 @@ pub use replica::{
     Partition, PartitionConfig, PartitionError, PartitionRead, ReplicaFetch, ReplicaFetchers,
     ReplicaManager,
 };
+pub use server::decode_request_frame;
 
 use crate::producer_ids::ProducerIds;
 

@@ -337,11 +337,39 @@ pub async fn handle_frame(broker: &Arc<Broker>, frame: Bytes) -> Result<Option<R
             }
         )));
     }
-    let mut buf = frame;
-    let header_version = api_key.request_header_version(p.api_version);
-    let header = RequestHeader::decode(&mut buf, header_version)
-        .map_err(|e| Close(format!("malformed {api_key:?} request header: {e}")))?;
+    let (header, buf) = decode_header(api_key, p.api_version, frame)?;
     apis::dispatch(broker, api_key, header, buf).await
+}
+
+fn decode_header(
+    api_key: ApiKey,
+    api_version: i16,
+    mut frame: Bytes,
+) -> Result<(RequestHeader, Bytes), Close> {
+    let header_version = api_key.request_header_version(api_version);
+    let header = RequestHeader::decode(&mut frame, header_version)
+        .map_err(|e| Close(format!("malformed {api_key:?} request header: {e}")))?;
+    Ok((header, frame))
+}
+
+/// Decodes a request frame (without its size prefix) as [`handle_frame`] does on a zero-configuration node, up to
+/// the handler: API key and version checks, header, body. No broker, no socket: this is the fuzz targets' entry
+/// (fuzz/). `Ok` is a frame the broker would hand to a handler (or answer, for an unsupported ApiVersions);
+/// `Err` is one that closes the connection, with the reason.
+pub fn decode_request_frame(frame: Bytes) -> Result<Option<RequestHeader>, String> {
+    let p = prefix(&frame).ok_or("frame shorter than a request header")?;
+    let api_key =
+        ApiKey::try_from(p.api_key).map_err(|_| format!("unknown API key {}", p.api_key))?;
+    let in_range = apis::supported(api_key).is_some_and(|(a, b)| (a..=b).contains(&p.api_version));
+    if !in_range {
+        if api_key == ApiKey::ApiVersions {
+            return Ok(None);
+        }
+        return Err(format!("{api_key:?} v{} is not supported", p.api_version));
+    }
+    let (header, body) = decode_header(api_key, p.api_version, frame).map_err(|Close(e)| e)?;
+    apis::decode_body(api_key, &header, body).map_err(|Close(e)| e)?;
+    Ok(Some(header))
 }
 
 /// A quorum RPC on the broker listener (learner nodes only). Closes the connection on a node with no cluster.

@@ -196,7 +196,13 @@ impl ProducerStateManager {
             let timestamp = batch::read_i64(chunk, 26);
             let coordinator_epoch = batch::read_i32(chunk, 34);
             let txn_first = batch::read_i64(chunk, 38);
-            if producer_id < 0 || offset_delta < 0 || last_sequence < 0 {
+            // The batch's first offset, last_offset - offset_delta, must be an offset (>= 0): a larger delta
+            // would restore a batch that starts before the log does (and, from i64::MIN, overflow).
+            if producer_id < 0
+                || offset_delta < 0
+                || last_sequence < 0
+                || last_offset < i64::from(offset_delta)
+            {
                 return Err(format!(
                     "snapshot entry for producer {producer_id} is malformed"
                 ));
@@ -393,5 +399,34 @@ mod tests {
         let last = corrupt.len() - 1;
         corrupt[last] ^= 1;
         assert!(ProducerStateManager::from_snapshot_bytes(&corrupt).is_err());
+    }
+
+    /// A snapshot whose single entry has `last_offset` and `offset_delta` as given, with a correct CRC.
+    fn snapshot_with(last_offset: i64, offset_delta: i32) -> Vec<u8> {
+        let mut body = 1i32.to_be_bytes().to_vec();
+        body.extend_from_slice(&77i64.to_be_bytes()); // producer id
+        body.extend_from_slice(&0i16.to_be_bytes()); // epoch
+        body.extend_from_slice(&5i32.to_be_bytes()); // last sequence
+        body.extend_from_slice(&last_offset.to_be_bytes());
+        body.extend_from_slice(&offset_delta.to_be_bytes());
+        body.extend_from_slice(&1000i64.to_be_bytes()); // timestamp
+        body.extend_from_slice(&(-1i32).to_be_bytes()); // coordinator epoch
+        body.extend_from_slice(&(-1i64).to_be_bytes()); // no open transaction
+        let mut out = 1i16.to_be_bytes().to_vec();
+        out.extend_from_slice(&crc32c::crc32c(&body).to_be_bytes());
+        out.extend_from_slice(&body);
+        out
+    }
+
+    /// Found by the producer_snapshot fuzz target: an offset delta larger than the last offset restored a batch
+    /// starting at a negative offset (-65485..=51), and from i64::MIN the subtraction overflowed (a panic in
+    /// debug builds).
+    #[test]
+    fn snapshot_entry_starting_before_offset_zero_is_refused() {
+        assert!(ProducerStateManager::from_snapshot_bytes(&snapshot_with(51, 65_536)).is_err());
+        assert!(ProducerStateManager::from_snapshot_bytes(&snapshot_with(-1, 0)).is_err());
+        assert!(ProducerStateManager::from_snapshot_bytes(&snapshot_with(i64::MIN, 1)).is_err());
+        let ok = ProducerStateManager::from_snapshot_bytes(&snapshot_with(51, 51)).unwrap();
+        assert_eq!(ok.get(77).unwrap().batches.back().unwrap().first_offset, 0);
     }
 }

@@ -38,6 +38,19 @@ use types::Raft;
 /// The api key of raft RPCs on the CONTROLLER listener: outside Kafka's range, private to a cluster.
 pub const RAFT_RPC_API_KEY: i16 = 32_000;
 
+/// Decodes the raft entry in the record batch at the start of `bytes`, as the log store does on read, and checks
+/// that it encodes back to an equal entry. The fuzz targets' entry (fuzz/): `Ok` gives the bytes the batch used.
+///
+/// # Panics
+/// If a decoded entry does not survive encode + decode: a codec bug, which is what the fuzzer looks for.
+pub fn decode_entry_checked(bytes: &[u8]) -> Result<usize, String> {
+    let (entry, used) = entry_codec::decode(bytes)?;
+    let again = entry_codec::encode(&entry).expect("a decoded entry encodes");
+    let (back, _) = entry_codec::decode(&again).expect("an encoded entry decodes");
+    assert_eq!(back, entry, "raft entry changed through encode + decode");
+    Ok(used)
+}
+
 /// Name of the metadata log directory under `data_dir`, as in Kafka.
 pub const METADATA_LOG_DIR: &str = "__cluster_metadata-0";
 
