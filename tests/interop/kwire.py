@@ -501,3 +501,46 @@ def offset_commit(node, group, topic, partition, offset, timeout=10.0):
                 errors.append(r.i16())
         assert len(errors) == 1, f"one partition committed, {len(errors)} answered"
         return errors[0]
+
+
+def produce_with_hints(node, topic, partition, value=b"hint", version=10, timeout=10.0):
+    """Produce v10+ (acks=1) of one record to this node: {error, current_leader: (id, epoch) or None,
+    node_endpoints {id: (host, port)}}, the KIP-951 hints a non-leader answers with."""
+    body = produce_body(version, topic, partition, record_batch([value]), acks=1)
+    with connect(node, timeout=timeout) as s:
+        r = roundtrip(s, API_PRODUCE, version, 1, body)
+        out = {"error": None, "current_leader": None, "node_endpoints": {}}
+        for _ in range(r.array_len(True)):
+            r.string(True)
+            for _ in range(r.array_len(True)):
+                r.i32()  # index
+                error = r.i16()
+                r.i64(), r.i64(), r.i64()  # base offset, log append time, log start offset
+                for _ in range(r.array_len(True)):
+                    r.i32()
+                    r.string(True)
+                    r.skip_tags()
+                r.string(True)  # error message
+                for _ in range(r.uvarint()):
+                    tag, size = r.uvarint(), r.uvarint()
+                    if tag == 0:
+                        leader, epoch = r.i32(), r.i32()
+                        r.skip_tags()
+                        out["current_leader"] = (leader, epoch)
+                    else:
+                        r.take(size)
+                if out["error"] is None:
+                    out["error"] = error
+            r.skip_tags()
+        r.i32()  # throttle
+        for _ in range(r.uvarint()):
+            tag, size = r.uvarint(), r.uvarint()
+            if tag == 0:
+                for _ in range(r.array_len(True)):
+                    node_id, host, port = r.i32(), r.string(True), r.i32()
+                    r.string(True)  # rack
+                    r.skip_tags()
+                    out["node_endpoints"][node_id] = (host, port)
+            else:
+                r.take(size)
+        return out

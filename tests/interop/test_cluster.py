@@ -152,6 +152,23 @@ def test_topic_created_through_one_node_is_the_same_on_all(healthy, topic_name):
     assert refused.value.args[0].code() == ck.KafkaError.INVALID_REPLICATION_FACTOR
 
 
+def test_a_produce_to_a_follower_names_the_leader(healthy, topic_name):
+    """KIP-951: NOT_LEADER_OR_FOLLOWER carries the current leader and its endpoint, so the client need not ask
+    Metadata where the partition went."""
+    c = healthy
+    create_topic_via(c.node(1), topic_name, partitions=1, replication_factor=2)
+    c.wait_for_leaders(topic_name, 1)
+    info = c.node(1).metadata(topics=[topic_name])["topics"][topic_name]["partitions"][0]
+    leader = c.node(info["leader"])
+    other = next(n for n in c.nodes if n.node_id != info["leader"])
+    got = kwire.produce_with_hints(other, topic_name, 0)
+    assert got["error"] == 6, got  # NOT_LEADER_OR_FOLLOWER
+    assert got["current_leader"] == (info["leader"], info["leader_epoch"]), got
+    assert got["node_endpoints"] == {leader.node_id: (leader.host, leader.port)}, got
+    # The leader itself takes the record.
+    assert kwire.produce_with_hints(leader, topic_name, 0)["error"] == 0
+
+
 def test_produce_through_one_node_consume_through_another(healthy, topic_name):
     c = healthy
     partitions, per_partition = 6, 100

@@ -58,7 +58,7 @@ async fn losing_and_regaining_leadership_unloads_and_reloads_the_partition_s_gro
     tokio::time::sleep(Duration::from_millis(100)).await;
 
     // Another broker becomes leader.
-    assert!(part.make_follower(me + 1, 1, vec![me, me + 1], vec![me + 1]));
+    assert!(part.make_follower(me + 1, 1, 0, vec![me, me + 1], vec![me + 1]));
     c.reconcile();
     let r = tokio::time::timeout(Duration::from_secs(5), parked)
         .await
@@ -94,7 +94,7 @@ async fn losing_and_regaining_leadership_unloads_and_reloads_the_partition_s_gro
     assert_eq!(fetch(&c, "other", Some(&[("t", vec![0])])).await[0].2, 7);
 
     // Leadership comes back (a newer epoch): the partition is replayed and its groups are served again.
-    assert!(part.make_leader(2, vec![me, me + 1], vec![me]));
+    assert!(part.make_leader(2, 0, vec![me, me + 1], vec![me]));
     c.reconcile();
     let c3 = c.clone();
     assert!(

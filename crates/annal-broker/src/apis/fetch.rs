@@ -40,6 +40,16 @@ pub async fn handle(
     header: &RequestHeader,
     req: FetchRequest,
 ) -> (FetchResponse, Slices) {
+    let (mut resp, slices) = answer(broker, header, req).await;
+    super::leader_hints::add_to_fetch(broker, header.request_api_version, &mut resp);
+    (resp, slices)
+}
+
+async fn answer(
+    broker: &Arc<Broker>,
+    header: &RequestHeader,
+    req: FetchRequest,
+) -> (FetchResponse, Slices) {
     let version = header.request_api_version;
     let by_id = version >= 13;
     let key = |name: &str, id: Uuid, partition: i32| fetch_session::Key {

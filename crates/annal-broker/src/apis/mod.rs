@@ -8,6 +8,7 @@ pub mod fetch;
 pub mod fetch_session;
 pub(crate) mod forward;
 pub mod groups;
+mod leader_hints;
 pub mod metadata;
 pub mod offsets;
 pub mod produce;
@@ -463,7 +464,7 @@ mod decode_body_tests {
         let keys = SUPPORTED
             .iter()
             .map(|(k, _, max)| (*k, *max))
-            .chain([(ApiKey::DescribeQuorum, CLUSTER_DESCRIBE_QUORUM.1)]);
+            .chain(CLUSTER_ONLY.iter().map(|(k, _, max)| (*k, *max)));
         for (key, version) in keys {
             let header = RequestHeader::default()
                 .with_request_api_key(key as i16)

@@ -153,7 +153,9 @@ pub async fn handle(
         }
         return Ok(None);
     }
-    Ok(Some(ProduceResponse::default().with_responses(topics)))
+    let mut resp = ProduceResponse::default().with_responses(topics);
+    super::leader_hints::add_to_produce(broker, version, &mut resp);
+    Ok(Some(resp))
 }
 
 /// Produce v0-v2 (removed in Kafka 4.0, KIP-896) is still advertised, as Kafka 4 does, because librdkafka decides

@@ -269,7 +269,8 @@ impl ClusterRuntime {
         // Serve once the partitions are what the metadata says (clients connecting meanwhile wait in the
         // listen backlog rather than being told no partition has a leader), but never wait forever: a quorum
         // without a majority must not keep the broker from answering at all.
-        let ready = tokio::time::timeout(REGISTRATION_WAIT_MAX, applied_rx.wait_for(|n| *n > 0)).await;
+        let ready =
+            tokio::time::timeout(REGISTRATION_WAIT_MAX, applied_rx.wait_for(|n| *n > 0)).await;
         if ready.is_err() {
             let lease = self.lease.borrow().clone();
             tracing::warn!(

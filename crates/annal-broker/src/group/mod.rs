@@ -802,7 +802,10 @@ const OFFSETS_MAX_MESSAGE_BYTES: i64 = 100 * 1024 * 1024;
 
 /// `__consumer_offsets` not registered yet: if the data directory holds the partitions the
 /// coordinator used to keep as its own logs, registers the topic over them (same directories, same files).
-pub fn adopt_legacy_partitions(replicas: &ReplicaManager, config: &GroupConfig) -> anyhow::Result<()> {
+pub fn adopt_legacy_partitions(
+    replicas: &ReplicaManager,
+    config: &GroupConfig,
+) -> anyhow::Result<()> {
     let dir = replicas.log_manager().data_dir().to_path_buf();
     let present = store::prepare_legacy_dir(&dir, config.offsets_topic_num_partitions)?;
     if present.is_empty() {
