@@ -2,7 +2,6 @@
 //! code Kafka itself would send in the same situation).
 
 pub const NONE: i16 = 0;
-pub const UNKNOWN_SERVER_ERROR: i16 = -1;
 pub const OFFSET_OUT_OF_RANGE: i16 = 1;
 pub const CORRUPT_MESSAGE: i16 = 2;
 pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
@@ -15,10 +14,6 @@ pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
 pub const INVALID_REQUIRED_ACKS: i16 = 21;
 pub const UNSUPPORTED_VERSION: i16 = 35;
 pub const TOPIC_ALREADY_EXISTS: i16 = 36;
-pub const INVALID_PARTITIONS: i16 = 37;
-pub const INVALID_REPLICATION_FACTOR: i16 = 38;
-pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
-pub const INVALID_CONFIG: i16 = 40;
 pub const INVALID_REQUEST: i16 = 42;
 pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 pub const INVALID_PRODUCER_EPOCH: i16 = 47;
@@ -27,7 +22,6 @@ pub const KAFKA_STORAGE_ERROR: i16 = 56;
 pub const UNKNOWN_PRODUCER_ID: i16 = 59;
 pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
 pub const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
-pub const TOPIC_DELETION_DISABLED: i16 = 73;
 pub const FENCED_LEADER_EPOCH: i16 = 74;
 pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
 pub const INVALID_RECORD: i16 = 87;

@@ -37,17 +37,14 @@ pub use replica::{
 };
 pub use server::decode_request_frame;
 
-use crate::producer_ids::ProducerIds;
-
 /// Everything a request handler needs. Fields are private to this crate; [`Broker`]'s accessors are the
 /// outside view.
 pub struct Broker {
     config: BrokerConfig,
     cluster_id: String,
     replica_manager: Arc<ReplicaManager>,
-    /// Present in a cluster (explicit KRaft configuration); `None` on the zero-configuration single node.
-    cluster: Option<Arc<cluster::ClusterRuntime>>,
-    producer_ids: ProducerIds,
+    /// The broker's side of the cluster (every broker is in one: zero configuration is a one-voter cluster).
+    cluster: Arc<cluster::ClusterRuntime>,
     /// Consumer groups and committed offsets (the `__consumer_offsets` partitions this broker leads).
     groups: Arc<group::GroupCoordinator>,
     /// The host and port clients are told to connect to.
@@ -69,9 +66,9 @@ impl Broker {
         &self.replica_manager
     }
 
-    /// The cluster side of this broker, unless it is a zero-configuration single node.
-    pub fn cluster(&self) -> Option<&Arc<cluster::ClusterRuntime>> {
-        self.cluster.as_ref()
+    /// The cluster side of this broker: its metadata image, lease and channel to the controller.
+    pub fn cluster(&self) -> &Arc<cluster::ClusterRuntime> {
+        &self.cluster
     }
 
     pub fn groups(&self) -> &Arc<group::GroupCoordinator> {
@@ -160,10 +157,9 @@ pub async fn start(
     listener: tokio::net::TcpListener,
 ) -> anyhow::Result<Started> {
     let cluster_id = open_data_dir(&config)?;
-    let producer_ids = ProducerIds::open(&config.data_dir)?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     // Every broker is part of a cluster: zero configuration makes a one-voter one (docs/decisions/0005).
-    let cluster = cluster::ClusterRuntime::start(&config, &cluster_id).await?;
+    let mut cluster = cluster::ClusterRuntime::start(&config, &cluster_id).await?;
     let replica_manager = Arc::new(ReplicaManager::open(&config, stop_rx.clone())?);
     let mut groups_config = config.groups.clone();
     groups_config.offsets_topic_replication_factor =
@@ -174,7 +170,11 @@ pub async fn start(
         group::adopt_legacy_partitions(&replica_manager, &groups_config)?;
     }
     cluster
-        .import_single_node(&config, &replica_manager, producer_ids.persisted_end())
+        .import_single_node(
+            &config,
+            &replica_manager,
+            producer_ids::single_node_floor(&config.data_dir)?,
+        )
         .await?;
     let creator = Arc::new(cluster::ControllerOffsetsTopic::new(
         &cluster,
@@ -182,7 +182,6 @@ pub async fn start(
     ));
     let groups =
         group::GroupCoordinator::start(replica_manager.clone(), creator, groups_config, false)?;
-    let mut cluster = Some(cluster);
     let local = listener.local_addr()?;
     let advertised = match &config.advertised {
         Some(a) => a.clone(),
@@ -197,21 +196,20 @@ pub async fn start(
             (host, local.port())
         }
     };
-    if let Some(c) = cluster.as_mut() {
-        let name = c.client_listener_name().to_string();
-        let listeners = vec![cluster::lifecycle::Endpoint {
-            name,
-            host: advertised.0.clone(),
-            port: advertised.1,
-        }];
-        c.attach(&config, &cluster_id, replica_manager.clone(), listeners)
-            .await?;
-    }
-    let cluster = cluster.map(Arc::new);
-    if let Some(c) = &cluster {
+    let name = cluster.client_listener_name().to_string();
+    let listeners = vec![cluster::lifecycle::Endpoint {
+        name,
+        host: advertised.0.clone(),
+        port: advertised.1,
+    }];
+    cluster
+        .attach(&config, &cluster_id, replica_manager.clone(), listeners)
+        .await?;
+    let cluster = Arc::new(cluster);
+    {
         // The coordinator follows leadership: each applied image may make this broker leader (or not) of
         // `__consumer_offsets` partitions.
-        let mut applied = c.watch_applied();
+        let mut applied = cluster.watch_applied();
         let groups = groups.clone();
         tokio::spawn(async move {
             // The images applied before this subscription (start-up waited for the first) count too.
@@ -227,7 +225,6 @@ pub async fn start(
         cluster_id,
         replica_manager,
         cluster,
-        producer_ids,
         groups,
         advertised,
         fetch_sessions,
@@ -269,11 +266,9 @@ impl Started {
         let cluster = broker.cluster.clone();
         tokio::spawn(async move {
             shutdown.await;
-            if let Some(c) = &cluster {
-                // Leaderships move away while clients are still served (they get NOT_LEADER_OR_FOLLOWER and
-                // follow the new leader), then the listeners close.
-                c.controlled_shutdown().await;
-            }
+            // Leaderships move away while clients are still served (they get NOT_LEADER_OR_FOLLOWER and follow
+            // the new leader), then the listeners close.
+            cluster.controlled_shutdown().await;
             let _ = stop_tx.send(true);
         });
         server::serve(listener, broker.clone(), stop_rx).await;
@@ -281,9 +276,7 @@ impl Started {
         let _ = retention.await;
         cleaner.shutdown().await;
 
-        if let Some(c) = broker.cluster.clone() {
-            c.shutdown().await;
-        }
+        broker.cluster.shutdown().await;
         tracing::info!("flushing and closing partitions");
         groups.shutdown().await;
         let broker = Arc::try_unwrap(broker).map_err(|_| ()).ok();

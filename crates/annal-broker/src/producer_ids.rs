@@ -1,58 +1,35 @@
-//! Producer id allocation for idempotent producers. Ids must never be reused across restarts, so they are handed
-//! out from blocks whose end is persisted *before* any id of the block is used: after a crash the broker starts
-//! at the persisted end, skipping whatever was left of the block.
+//! The producer ids a single node handed out before Annal was a cluster. It kept the end of its current block of
+//! ids in `producer-id-block` (persisted before any id of the block was used), so every id it ever gave is below
+//! that value. Now ids come from the metadata log; this file is read once, to start the log's ids above it (see
+//! `annal_metadata::controller::SingleNodeImport`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Context;
-use parking_lot::Mutex;
-
-use crate::durable::write_atomic;
 
 pub const FILE: &str = "producer-id-block";
-const BLOCK: i64 = 1000;
 
-pub struct ProducerIds {
-    path: PathBuf,
-    state: Mutex<(
-        i64, /* next */
-        i64, /* end of the persisted block */
-    )>,
-}
-
-impl ProducerIds {
-    pub fn open(data_dir: &Path) -> anyhow::Result<ProducerIds> {
-        let path = data_dir.join(FILE);
-        let start = match std::fs::read_to_string(&path) {
-            Ok(text) => text.trim().parse::<i64>().with_context(|| {
-                format!("{} is corrupt (expected one integer); restore it or set it above every producer id in use", path.display())
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
-            Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
-        };
-        Ok(ProducerIds {
-            path,
-            state: Mutex::new((start, start)),
-        })
-    }
-
-    /// Above every id this data directory ever handed out (the persisted end of its block): where the metadata
-    /// log's producer ids must start when the directory joins a cluster.
-    pub fn persisted_end(&self) -> i64 {
-        self.state.lock().1
-    }
-
-    /// A producer id never handed out before, on this data directory.
-    pub fn next(&self) -> anyhow::Result<i64> {
-        let mut st = self.state.lock();
-        if st.0 >= st.1 {
-            let end = st.0 + BLOCK;
-            write_atomic(&self.path, format!("{end}\n").as_bytes())?;
-            st.1 = end;
+/// Above every producer id this data directory handed out as a single node (0 when it never did).
+pub fn single_node_floor(data_dir: &Path) -> anyhow::Result<i64> {
+    let path = data_dir.join(FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let end = text.trim().parse::<i64>().with_context(|| {
+                format!(
+                    "{} is corrupt (expected one integer); restore it, or write a number above every producer \
+                     id in use",
+                    path.display()
+                )
+            })?;
+            anyhow::ensure!(
+                end >= 0,
+                "{} holds a negative producer id {end}",
+                path.display()
+            );
+            Ok(end)
         }
-        let id = st.0;
-        st.0 += 1;
-        Ok(id)
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
     }
 }
 
@@ -61,13 +38,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ids_are_unique_across_reopen() {
+    fn the_floor_is_the_persisted_block_end() {
         let dir = tempfile::tempdir().unwrap();
-        let p = ProducerIds::open(dir.path()).unwrap();
-        assert_eq!(p.next().unwrap(), 0);
-        assert_eq!(p.next().unwrap(), 1);
-        drop(p); // a crash: the rest of the block is skipped
-        let p = ProducerIds::open(dir.path()).unwrap();
-        assert_eq!(p.next().unwrap(), BLOCK);
+        assert_eq!(single_node_floor(dir.path()).unwrap(), 0);
+        std::fs::write(dir.path().join(FILE), "3000\n").unwrap();
+        assert_eq!(single_node_floor(dir.path()).unwrap(), 3000);
+        std::fs::write(dir.path().join(FILE), "garbage").unwrap();
+        let err = single_node_floor(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("producer-id-block is corrupt"), "{err}");
     }
 }

@@ -318,7 +318,7 @@ pub async fn handle_frame(broker: &Arc<Broker>, frame: Bytes) -> Result<Option<R
         // No response schema exists for an unknown key; Kafka closes the connection too.
         return Err(Close(format!("unknown API key {}", p.api_key)));
     };
-    let supported = apis::supported_by(broker, api_key);
+    let supported = apis::supported_by(api_key);
     let in_range = supported.is_some_and(|(min, max)| (min..=max).contains(&p.api_version));
     if !in_range {
         if api_key == ApiKey::ApiVersions {
@@ -372,13 +372,9 @@ pub fn decode_request_frame(frame: Bytes) -> Result<Option<RequestHeader>, Strin
     Ok(Some(header))
 }
 
-/// A quorum RPC on the broker listener (learner nodes only). Closes the connection on a node with no cluster.
+/// A quorum RPC on the broker listener (the leader feeding a broker-only learner).
 async fn raft_rpc(broker: &Arc<Broker>, mut frame: Bytes) -> Result<Response, Close> {
-    let Some(cluster) = broker.cluster() else {
-        return Err(Close(
-            "a raft RPC reached a node that is not part of a cluster".into(),
-        ));
-    };
+    let cluster = broker.cluster();
     let header = RequestHeader::decode(&mut frame, 2)
         .map_err(|e| Close(format!("malformed raft request header: {e}")))?;
     let body = cluster.node().handle_raft_rpc(&frame).await;

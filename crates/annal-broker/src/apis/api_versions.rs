@@ -24,19 +24,17 @@ fn api_keys() -> Vec<ApiVersion> {
 }
 
 pub async fn handle(
-    broker: &Arc<Broker>,
+    _broker: &Arc<Broker>,
     _header: &RequestHeader,
     _req: ApiVersionsRequest,
 ) -> ApiVersionsResponse {
     let mut keys = api_keys();
-    if broker.cluster().is_some() {
-        keys.extend(super::CLUSTER_ONLY.iter().map(|(k, min, max)| {
-            ApiVersion::default()
-                .with_api_key(*k as i16)
-                .with_min_version(*min)
-                .with_max_version(*max)
-        }));
-    }
+    keys.extend(super::CLUSTER_ONLY.iter().map(|(k, min, max)| {
+        ApiVersion::default()
+            .with_api_key(*k as i16)
+            .with_min_version(*min)
+            .with_max_version(*max)
+    }));
     ApiVersionsResponse::default()
         .with_error_code(code::NONE)
         .with_api_keys(keys)

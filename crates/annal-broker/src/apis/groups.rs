@@ -43,14 +43,6 @@ fn client_info(header: &RequestHeader) -> ClientInfo {
     }
 }
 
-fn node(broker: &Broker) -> NodeInfo {
-    NodeInfo {
-        node_id: broker.config.node_id,
-        host: broker.advertised.0.clone(),
-        port: i32::from(broker.advertised.1),
-    }
-}
-
 pub async fn find_coordinator(
     b: &Broker,
     h: &RequestHeader,
@@ -60,12 +52,7 @@ pub async fn find_coordinator(
     // Group keys need `__consumer_offsets`: created on first use, as Kafka does. Until it exists every group
     // key is answered COORDINATOR_NOT_AVAILABLE (clients retry).
     let topic_ready = r.key_type != 0 || b.groups.ensure_offsets_topic().await.is_ok();
-    let Some(cluster) = b.cluster() else {
-        if !topic_ready {
-            return not_available(r, version);
-        }
-        return b.groups.find_coordinator(r, version, &node(b));
-    };
+    let cluster = b.cluster();
     if version >= 4 {
         let mut out = FindCoordinatorResponse::default();
         for key in r.coordinator_keys.clone() {

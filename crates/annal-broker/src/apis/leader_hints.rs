@@ -34,7 +34,9 @@ impl LeaderHints {
         self.leaders.entry(leader).or_insert_with(|| {
             broker
                 .cluster()
-                .and_then(|c| c.live_brokers().into_iter().find(|b| b.id == leader))
+                .live_brokers()
+                .into_iter()
+                .find(|b| b.id == leader)
         });
         Some((leader, p.leader_epoch()))
     }

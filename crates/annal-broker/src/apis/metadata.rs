@@ -12,7 +12,7 @@ use kafka_protocol::messages::{
     RequestHeader,
 };
 
-use super::{blocking, code, s, topic_name, CLUSTER_OPERATIONS, TOPIC_OPERATIONS};
+use super::{code, s, topic_name, CLUSTER_OPERATIONS, TOPIC_OPERATIONS};
 use crate::cluster::BrokerView;
 use crate::log_manager::{invalid_topic_name, Topic};
 use crate::Broker;
@@ -53,33 +53,8 @@ pub async fn handle(
                 };
                 let topic = match (topic, &name) {
                     (Some(t), _) => Some(t),
-                    (None, Some(n))
-                        if allow_create
-                            && invalid_topic_name(n).is_none()
-                            && broker.cluster().is_some() =>
-                    {
-                        auto_create_in_cluster(broker, n).await
-                    }
                     (None, Some(n)) if allow_create && invalid_topic_name(n).is_none() => {
-                        let (b, n2) = (broker.clone(), n.clone());
-                        match blocking(move || {
-                            b.replica_manager.create_topic(
-                                &n2,
-                                b.config.num_partitions,
-                                Default::default(),
-                            )
-                        })
-                        .await
-                        {
-                            Ok(_) => {
-                                tracing::info!(topic = %n, partitions = broker.config.num_partitions, "auto-created topic");
-                                broker.replica_manager.topic(n)
-                            }
-                            Err(e) => {
-                                tracing::error!(topic = %n, error = %format!("{e:#}"), "auto-create failed");
-                                None
-                            }
-                        }
+                        auto_create(broker, n).await
                     }
                     _ => None,
                 };
@@ -185,30 +160,18 @@ pub async fn describe_cluster(
     resp
 }
 
-/// The brokers to list and the controller id: from the metadata image in a cluster, this node alone otherwise.
+/// The brokers to list (the live ones, from the metadata image) and the controller id clients are told.
 fn brokers_and_controller(broker: &Broker) -> (Vec<BrokerView>, i32) {
-    match broker.cluster() {
-        Some(c) => {
-            let brokers = c.live_brokers();
-            let controller = c.controller_id_for_clients(&brokers, broker.config.node_id);
-            (brokers, controller)
-        }
-        None => (
-            vec![BrokerView {
-                id: broker.config.node_id,
-                host: broker.advertised.0.clone(),
-                port: broker.advertised.1,
-                rack: None,
-            }],
-            broker.config.node_id,
-        ),
-    }
+    let c = broker.cluster();
+    let brokers = c.live_brokers();
+    let controller = c.controller_id_for_clients(&brokers, broker.config.node_id);
+    (brokers, controller)
 }
 
-/// Metadata's auto-creation in a cluster: a CreateTopics (default partitions and replication factor) through the
-/// controller; the topic is listed if it is visible here once that returns.
-async fn auto_create_in_cluster(broker: &Arc<Broker>, name: &str) -> Option<Arc<Topic>> {
-    let cluster = broker.cluster()?;
+/// Metadata's auto-creation: a CreateTopics (default partitions and replication factor) through the controller;
+/// the topic is listed if it is visible here once that returns.
+async fn auto_create(broker: &Arc<Broker>, name: &str) -> Option<Arc<Topic>> {
+    let cluster = broker.cluster();
     let req = CreateTopicsRequest::default()
         .with_topics(vec![CreatableTopic::default()
             .with_name(topic_name(name))
@@ -225,15 +188,13 @@ async fn auto_create_in_cluster(broker: &Arc<Broker>, name: &str) -> Option<Arc<
 }
 
 /// DescribeQuorum on a broker: forwarded to the active controller, which knows every voter's progress (a
-/// follower's own view lacks it). Only routed here in a cluster (see `apis::supported_by`).
+/// follower's own view lacks it).
 pub async fn describe_quorum(
     broker: &Arc<Broker>,
     header: &RequestHeader,
     req: DescribeQuorumRequest,
 ) -> DescribeQuorumResponse {
-    let Some(cluster) = broker.cluster() else {
-        return DescribeQuorumResponse::default().with_error_code(code::UNSUPPORTED_VERSION);
-    };
+    let cluster = broker.cluster();
     match cluster
         .channel()
         .send(&req, header.request_api_version)

@@ -60,17 +60,16 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
-/// APIs served by brokers of a cluster only, forwarded to the active controller as Kafka's brokers forward them:
-/// DescribeQuorum and ElectLeaders. A zero-configuration single node runs no quorum and does not advertise them.
+/// APIs the active controller answers, forwarded to it as Kafka's brokers forward them (DescribeQuorum and
+/// ElectLeaders). Every broker advertises them beside [`SUPPORTED`]; they are kept apart because their versions
+/// are the controller's (`annal_metadata::controller::supported_apis` and the quorum's DescribeQuorum).
 pub const CLUSTER_ONLY: &[(ApiKey, i16, i16)] =
     &[(ApiKey::DescribeQuorum, 0, 2), (ApiKey::ElectLeaders, 0, 2)];
 
-/// The versions of `key` this broker serves: [`SUPPORTED`], plus [`CLUSTER_ONLY`] when it is in a cluster.
-pub fn supported_by(broker: &Broker, key: ApiKey) -> Option<(i16, i16)> {
-    if broker.cluster().is_some() {
-        if let Some((_, min, max)) = CLUSTER_ONLY.iter().find(|(k, _, _)| *k == key) {
-            return Some((*min, *max));
-        }
+/// The versions of `key` this broker serves: [`SUPPORTED`] and [`CLUSTER_ONLY`].
+pub fn supported_by(key: ApiKey) -> Option<(i16, i16)> {
+    if let Some((_, min, max)) = CLUSTER_ONLY.iter().find(|(k, _, _)| *k == key) {
+        return Some((*min, *max));
     }
     supported(key)
 }

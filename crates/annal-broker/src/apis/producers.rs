@@ -10,7 +10,7 @@ use kafka_protocol::messages::{
     InitProducerIdResponse, ProducerId, RequestHeader,
 };
 
-use super::{blocking, code, s};
+use super::{code, s};
 use crate::replica::Partition;
 use crate::Broker;
 
@@ -28,30 +28,20 @@ pub async fn init_producer_id(
             .with_producer_id(ProducerId(-1))
             .with_producer_epoch(-1);
     }
-    if let Some(cluster) = broker.cluster() {
-        return match cluster.next_producer_id(broker.config.node_id).await {
-            Ok(id) => InitProducerIdResponse::default()
-                .with_producer_id(ProducerId(id))
-                .with_producer_epoch(0),
-            Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), "cannot get a producer id block from the controller");
-                // COORDINATOR_NOT_AVAILABLE: retriable, the producer asks again.
-                InitProducerIdResponse::default()
-                    .with_error_code(15)
-                    .with_producer_id(ProducerId(-1))
-                    .with_producer_epoch(-1)
-            }
-        };
-    }
-    let b = broker.clone();
-    match blocking(move || b.producer_ids.next()).await {
+    // Ids come from the metadata log in blocks (AllocateProducerIds), so no two brokers hand out the same one.
+    match broker
+        .cluster()
+        .next_producer_id(broker.config.node_id)
+        .await
+    {
         Ok(id) => InitProducerIdResponse::default()
             .with_producer_id(ProducerId(id))
             .with_producer_epoch(0),
         Err(e) => {
-            tracing::error!(error = %format!("{e:#}"), "cannot allocate a producer id");
+            tracing::warn!(error = %format!("{e:#}"), "cannot get a producer id block from the controller");
+            // COORDINATOR_NOT_AVAILABLE: retriable, the producer asks again.
             InitProducerIdResponse::default()
-                .with_error_code(code::KAFKA_STORAGE_ERROR)
+                .with_error_code(15)
                 .with_producer_id(ProducerId(-1))
                 .with_producer_epoch(-1)
         }

@@ -267,7 +267,7 @@ impl GroupCoordinator {
     pub fn open(data_dir: &Path, config: GroupConfig) -> anyhow::Result<Arc<Self>> {
         let broker = crate::BrokerConfig::load(None, &[], Some(data_dir.to_path_buf()), None)?;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let replicas = Arc::new(ReplicaManager::open(&broker, stop_rx)?);
+        let replicas = Arc::new(ReplicaManager::open_standalone(&broker, stop_rx)?);
         let creator = Arc::new(LocalOffsetsTopic(replicas.clone()));
         let mut coordinator = Self::build(replicas, creator, config, true)?;
         coordinator.standalone = Some(stop_tx);

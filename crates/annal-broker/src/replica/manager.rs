@@ -70,8 +70,9 @@ pub const NO_LEADER: i32 = -1;
 
 pub struct ReplicaManager {
     local_broker_id: i32,
-    /// Part of a cluster: partition leadership comes from the metadata image, not from this node alone.
-    clustered: bool,
+    /// Not part of a broker: every partition is led by this node from the start (a standalone group coordinator
+    /// in tests and tools). A broker's partitions lead or follow as the metadata image says.
+    standalone: bool,
     config: BrokerConfig,
     log_manager: LogManager,
     /// topic -> its partitions, index = position. Replaced per topic on admin changes.
@@ -100,17 +101,33 @@ pub(crate) fn partition_config(
 }
 
 impl ReplicaManager {
-    /// Opens every registered partition's log and makes this broker its leader at epoch 0 with ISR = {self}
-    /// (single node; the cluster code will call [`Partition::make_leader`]/[`Partition::make_follower`] from
-    /// the metadata instead).
+    /// Opens every registered partition's log, each a follower of nobody until the cluster code applies the
+    /// metadata image ([`Partition::make_leader`] / [`Partition::make_follower`]).
     pub fn open(
         config: &BrokerConfig,
         shutting_down: tokio::sync::watch::Receiver<bool>,
     ) -> anyhow::Result<ReplicaManager> {
+        Self::open_with(config, shutting_down, false)
+    }
+
+    /// Opens every registered partition's log led by this node at epoch 0, ISR = {itself}: for a standalone group
+    /// coordinator (tests, tools) that runs without a cluster.
+    pub fn open_standalone(
+        config: &BrokerConfig,
+        shutting_down: tokio::sync::watch::Receiver<bool>,
+    ) -> anyhow::Result<ReplicaManager> {
+        Self::open_with(config, shutting_down, true)
+    }
+
+    fn open_with(
+        config: &BrokerConfig,
+        shutting_down: tokio::sync::watch::Receiver<bool>,
+        standalone: bool,
+    ) -> anyhow::Result<ReplicaManager> {
         let (log_manager, opened) = LogManager::open(config)?;
         let manager = ReplicaManager {
             local_broker_id: config.node_id,
-            clustered: config.cluster.roles.broker,
+            standalone,
             config: config.clone(),
             log_manager,
             partitions: RwLock::new(HashMap::new()),
@@ -158,11 +175,11 @@ impl ReplicaManager {
                 config,
             );
             let me = self.local_broker_id;
-            if self.clustered {
+            if self.standalone {
+                p.make_leader(0, 0, vec![me], vec![me]);
+            } else {
                 // Led by whoever the metadata names; until it is applied, nobody here.
                 p.make_follower(NO_LEADER, 0, -1, vec![], vec![]);
-            } else {
-                p.make_leader(0, 0, vec![me], vec![me]);
             }
             parts.push(Arc::new(p));
         }
