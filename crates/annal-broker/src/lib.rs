@@ -315,7 +315,7 @@ async fn retention_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Recei
         }
         let b = broker.clone();
         checkpoint_tick += 1;
-        let checkpoint = checkpoint_tick % HW_CHECKPOINT_TICKS == 0;
+        let checkpoint = checkpoint_tick.is_multiple_of(HW_CHECKPOINT_TICKS);
         let _ = tokio::task::spawn_blocking(move || {
             flush_due(&b);
             if checkpoint {

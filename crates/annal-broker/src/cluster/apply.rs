@@ -5,8 +5,9 @@
 //! Idempotent: applying the same image twice changes nothing, so the watcher can simply apply the newest image
 //! whenever one is published (intermediate images may be skipped; only the latest state matters).
 //!
-//! Interim (until replication, issue 10): every broker keeps a log for every partition of every topic, empty
-//! where it is not a replica, so the replica manager's dense partition map holds. Only leaders are written to.
+//! Every broker keeps a log for every partition of every topic, empty where it is not a replica, so the replica
+//! manager's dense partition map holds. Leaders are written by producers, follower replicas by the replica
+//! fetchers this module starts and stops (see `docs/decisions/0010-replication.md`).
 
 use std::collections::BTreeMap;
 

@@ -4,6 +4,7 @@
 //! ([`Partition::isr_change_answered`]). A partition has at most one change in flight: it proposes nothing
 //! while one is pending, and the high watermark counts the maximal ISR meanwhile.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +21,9 @@ use annal_metadata::image::MetadataImage;
 /// How often leaders look for ISR changes. Shrinking waits replica.lag.time.max.ms anyway; expanding soon
 /// after a follower catches up is what makes acks=all available again.
 const ISR_TICK: Duration = Duration::from_millis(200);
+/// How long a partition whose ISR change the controller refused waits before proposing again (the image
+/// usually explains the refusal by then: a newer partition epoch, a fenced replica).
+const REFUSED_BACKOFF: Duration = Duration::from_secs(1);
 /// AlterPartition v3 names ISR members with their broker epochs (KIP-903).
 const ALTER_PARTITION_VERSION: i16 = 3;
 
@@ -31,6 +35,8 @@ pub async fn run(
     lag_time_max_ms: i64,
     mut stop: watch::Receiver<bool>,
 ) {
+    // Partitions whose last proposal was refused or failed, until when they wait.
+    let mut refused: HashMap<(Uuid, i32), tokio::time::Instant> = HashMap::new();
     loop {
         tokio::select! {
             _ = tokio::time::sleep(ISR_TICK) => {}
@@ -42,10 +48,13 @@ pub async fn run(
         }
         let image = images.borrow().clone();
         let now = crate::now_ms();
+        let instant = tokio::time::Instant::now();
+        refused.retain(|_, until| *until > instant);
         let proposals: Vec<(Arc<Partition>, crate::replica::IsrChange)> = replica_manager
             .all_partitions()
             .into_iter()
             .filter(|p| p.is_leader() && p.replicas().len() > 1)
+            .filter(|p| !refused.contains_key(&(p.topic_id(), p.index())))
             .filter_map(|p| {
                 let change = p.propose_isr_change(now, lag_time_max_ms, |id| {
                     image.broker(id).filter(|b| b.is_usable()).map(|b| b.epoch)
@@ -56,7 +65,7 @@ pub async fn run(
         if proposals.is_empty() {
             continue;
         }
-        send(
+        let not_confirmed = send(
             &replica_manager,
             &channel,
             broker_epoch,
@@ -64,6 +73,9 @@ pub async fn run(
             &mut stop,
         )
         .await;
+        for key in not_confirmed {
+            refused.insert(key, tokio::time::Instant::now() + REFUSED_BACKOFF);
+        }
     }
 }
 
@@ -73,7 +85,8 @@ async fn send(
     broker_epoch: i64,
     proposals: Vec<(Arc<Partition>, crate::replica::IsrChange)>,
     stop: &mut watch::Receiver<bool>,
-) {
+) -> Vec<(Uuid, i32)> {
+    let mut not_confirmed = Vec::new();
     let mut topics: Vec<TopicData> = Vec::new();
     for (p, change) in &proposals {
         let data = PartitionData::default()
@@ -141,6 +154,10 @@ async fn send(
                 pd.isr.iter().map(|b| b.0).collect::<Vec<i32>>(),
             ))
         });
+        if answered.is_none() {
+            not_confirmed.push((p.topic_id(), p.index()));
+        }
         p.isr_change_answered(answered);
     }
+    not_confirmed
 }

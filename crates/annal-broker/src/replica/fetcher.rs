@@ -41,6 +41,14 @@ struct Followed {
     leader: i32,
 }
 
+/// A partition as one fetch asked for it: the leader epoch the request carried, so an answer that a
+/// leadership change overtook is dropped rather than appended at the new epoch.
+#[derive(Clone)]
+struct Asked {
+    followed: Followed,
+    leader_epoch: i32,
+}
+
 type PartitionKey = (String, i32);
 
 /// One fetcher task: its leader's address and its partitions.
@@ -272,7 +280,14 @@ impl FetcherTask {
                     continue;
                 }
             };
-            let request = self.request(&wanted, version);
+            let asked: Vec<Asked> = wanted
+                .iter()
+                .map(|f| Asked {
+                    followed: f.clone(),
+                    leader_epoch: f.partition.leader_epoch(),
+                })
+                .collect();
+            let request = self.request(&asked, version);
             let sent = tokio::select! {
                 r = c.send_version(&request, version) => r,
                 _ = crate::stopped(&mut self.stop) => return,
@@ -295,9 +310,12 @@ impl FetcherTask {
                 self.pause(backoff).await;
                 continue;
             }
-            let by_id: HashMap<(Uuid, i32), Followed> = wanted
+            let by_id: HashMap<(Uuid, i32), Asked> = asked
                 .iter()
-                .map(|f| ((f.partition.topic_id(), f.partition.index()), f.clone()))
+                .map(|a| {
+                    let p = &a.followed.partition;
+                    ((p.topic_id(), p.index()), a.clone())
+                })
                 .collect();
             let mut answers = Vec::new();
             for topic in response.responses {
@@ -305,9 +323,9 @@ impl FetcherTask {
                     let followed = by_id
                         .get(&(topic.topic_id, pd.partition_index))
                         .or_else(|| {
-                            wanted.iter().find(|f| {
-                                f.partition.topic() == topic.topic.0.as_str()
-                                    && f.partition.index() == pd.partition_index
+                            asked.iter().find(|a| {
+                                a.followed.partition.topic() == topic.topic.0.as_str()
+                                    && a.followed.partition.index() == pd.partition_index
                             })
                         });
                     if let Some(f) = followed {
@@ -318,9 +336,10 @@ impl FetcherTask {
             let failed = crate::blocking(move || {
                 answers
                     .into_iter()
-                    .filter_map(|(f, pd)| {
-                        let key = (f.partition.topic().to_string(), f.partition.index());
-                        (!apply_answer(&f, pd)).then_some(key)
+                    .filter_map(|(a, pd)| {
+                        let p = &a.followed.partition;
+                        let key = (p.topic().to_string(), p.index());
+                        (!apply_answer(&a, pd)).then_some(key)
                     })
                     .collect::<Vec<_>>()
             })
@@ -354,13 +373,13 @@ impl FetcherTask {
 
     /// The Fetch for `wanted` at `version`: the follower names itself by ReplicaId before v15 and by
     /// ReplicaState (with its broker epoch) from v15, where ReplicaId must stay unset.
-    fn request(&self, wanted: &[Followed], version: i16) -> FetchRequest {
+    fn request(&self, asked: &[Asked], version: i16) -> FetchRequest {
         let mut topics: Vec<FetchTopic> = Vec::new();
-        for f in wanted {
-            let p = &f.partition;
+        for a in asked {
+            let p = &a.followed.partition;
             let part = FetchPartition::default()
                 .with_partition(p.index())
-                .with_current_leader_epoch(p.leader_epoch())
+                .with_current_leader_epoch(a.leader_epoch)
                 .with_fetch_offset(p.log_end_offset())
                 .with_last_fetched_epoch(p.last_fetched_epoch())
                 .with_log_start_offset(p.log_start_offset())
@@ -404,10 +423,14 @@ impl FetcherTask {
 }
 
 /// Applies one partition's answer (blocking: appends or truncates). False if the partition should back off.
-fn apply_answer(f: &Followed, pd: PartitionData) -> bool {
+fn apply_answer(a: &Asked, pd: PartitionData) -> bool {
+    let f = &a.followed;
     let p = &f.partition;
-    // The fetch was built at this epoch; anything that changed since makes the answer stale.
-    let epoch = p.leader_epoch();
+    // The fetch was built at this epoch; a leadership change since makes the answer stale.
+    let epoch = a.leader_epoch;
+    if p.leader_epoch() != epoch || p.leader() != f.leader {
+        return true;
+    }
     match pd.error_code {
         code::NONE => {}
         code::OFFSET_OUT_OF_RANGE => return out_of_range(f, &pd),
