@@ -7,7 +7,7 @@ duplication, a lying size prefix) and sent on one of many concurrent connections
 alive, its RSS bounded, and it must still serve a normal produce and fetch.
 
   WIRE_FUZZ_SEED=<n>     replay a run (the seed is printed at the start of every run)
-  WIRE_FUZZ_FRAMES=<n>   how many mutated frames (default 4000; the long run in fuzz/README.md uses 200000)
+  WIRE_FUZZ_FRAMES=<n>   how many mutated frames (default 4000; 200000 makes a long run)
   WIRE_FUZZ_THREADS=<n>  concurrent connections (default 16)
 """
 
