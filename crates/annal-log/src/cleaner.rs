@@ -131,6 +131,7 @@ pub struct CleanedLog {
 /// What a pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CleanStats {
+    /// Segment bytes read: the dirty section once for the key map, then every cleaned segment.
     pub bytes_read: u64,
     pub bytes_written: u64,
     pub records_read: u64,
@@ -232,6 +233,7 @@ impl Cleaner {
                 limit,
             };
             for snapshot in &group {
+                stats.bytes_read += snapshot.size;
                 self.for_each_batch(snapshot, |bytes, header| {
                     let cleaned = filter.clean_batch(bytes, header, &mut stats)?;
                     if let Some(cleaned) = cleaned {
@@ -289,6 +291,7 @@ impl Cleaner {
             .filter(|s| s.next_offset > task.first_dirty)
         {
             let mut full_at = None;
+            stats.bytes_read += snapshot.size;
             self.for_each_batch(snapshot, |bytes, header| {
                 if full_at.is_some() || header.last_offset() < task.first_dirty {
                     return Ok(());

@@ -798,7 +798,8 @@ impl Log {
 
     /// Step 1 of a cleaning pass (see `cleaner.rs`): if the log should be cleaned now, a snapshot of the
     /// segments to clean. Cheap; call it under the lock that guards the log, then run the task with
-    /// [`crate::Cleaner::run`] without the lock, then hand the result to [`Log::finish_clean`].
+    /// [`crate::Cleaner::run`] without the lock, then hand the result to [`Log::finish_clean`]. At most one pass
+    /// per log at a time (a pass owns the log's `.cleaner/` scratch directory); the caller ensures it.
     pub fn begin_clean(&self, now_ms: i64, upper_bound: Option<i64>) -> Option<CleanTask> {
         let cleanable = self.cleanable(now_ms, upper_bound)?;
         if !cleanable.should_clean(&self.config) {
