@@ -10,7 +10,8 @@ import confluent_kafka as ck
 from confluent_kafka.admin import OffsetSpec
 import pytest
 
-from clients import TIMEOUT_S, ck_admin, ck_consume, ck_produce_all, ck_producer, create_topic, recent_base
+from clients import TIMEOUT_S, ck_admin, ck_consume, ck_produce_all, ck_producer, create_topic
+from test_produce_consume import recent_base
 
 COMPRESSED = ["gzip", "snappy", "lz4", "zstd"]
 # Deltas in ms: out of order, with a repeated maximum (the first record carrying it answers MAX_TIMESTAMP).
