@@ -101,7 +101,9 @@ def check_segments(classpath, part_dir, expected, expect_codecs):
     # Batch codec is the producer's: check batch by batch.
     codec_of = {n: c for n, _, _, _, c in expected}
     for base, last, codec, _ in batches:
-        assert codec == codec_of[base] == codec_of[last], (base, last, codec)
+        assert codec_of[base] == codec_of[last], (base, last, codec)
+        # librdkafka sends a batch uncompressed when compressing would not make it smaller (a lone record).
+        assert codec == codec_of[base] or (codec == "none" and base == last), (base, last, codec)
 
     indexes = [p for log in logs for p in (log.with_suffix(".index"), log.with_suffix(".timeindex"))]
     for f in indexes:
