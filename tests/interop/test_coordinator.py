@@ -152,8 +152,6 @@ def test_a_broker_that_is_not_the_coordinator_answers_not_coordinator(healthy, t
     assert committed_via(c.node(1), group, topic_name, {0: 11}) == {0: 11}, "the refused commits changed nothing"
 
 
-@pytest.mark.xfail(broker_kind() == "annal", strict=False, raises=AssertionError,
-                   reason="needs replicated __consumer_offsets (issue 10 data plane)")
 def test_the_group_moves_with_its_partition_when_the_coordinator_is_killed(healthy, topic_name):
     c = healthy
     create_topic_via(c.node(1), topic_name, partitions=1, replication_factor=3)

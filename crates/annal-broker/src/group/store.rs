@@ -32,8 +32,8 @@ pub struct ReplayStats {
     pub records: u64,
 }
 
-/// Reads every record of a `__consumer_offsets` partition this broker leads, from its log start up to its high
-/// watermark, in order, calling `apply(key, value)`. Blocking. Fails if the partition stops being led here.
+/// Reads every record of a `__consumer_offsets` partition this broker leads, from its log start up to its log
+/// end (see [`Partition::read_to_log_end`]), in order, calling `apply(key, value)`. Blocking. Fails if the partition stops being led here.
 pub fn replay(
     part: &Partition,
     mut apply: impl FnMut(&[u8], Option<&[u8]>),
@@ -43,7 +43,7 @@ pub fn replay(
     let mut stats = ReplayStats { records: 0 };
     loop {
         let read = part
-            .read(-1, offset, REPLAY_READ_BYTES)
+            .read_to_log_end(offset, REPLAY_READ_BYTES)
             .with_context(|| format!("cannot load {name}"))?;
         let slice = read
             .records

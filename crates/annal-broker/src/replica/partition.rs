@@ -582,6 +582,34 @@ impl Partition {
         })
     }
 
+    /// Reads as the leader, up to the log end rather than the high watermark: for a coordinator loading its
+    /// state when it becomes leader (Kafka's loaders read to the log end too). A new leader's high watermark
+    /// may trail its log end until followers fetch at the new epoch, and records of the old leader's epoch that
+    /// it holds are committed or will be: a leader never truncates its own log.
+    pub fn read_to_log_end(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+    ) -> Result<PartitionRead, PartitionError> {
+        let hw = self.high_watermark();
+        let state = self.state.read();
+        self.check_leader(&state, -1)?;
+        let log = self.log.lock();
+        let records = log
+            .read(offset, max_bytes.max(1), None)
+            .map(|r| r.slice)
+            .map_err(|source| PartitionError::Log {
+                partition: self.name(),
+                source,
+            });
+        Ok(PartitionRead {
+            records,
+            high_watermark: hw,
+            log_start_offset: log.log_start_offset(),
+            diverging_epoch: None,
+        })
+    }
+
     /// Serves a follower's fetch: checks it is a replica and that its log does not diverge (answering the
     /// divergence point if it does, KIP-320), reads up to the log end (not the high watermark: followers need
     /// what is not committed yet), and records the follower's progress, which may advance the high watermark.
