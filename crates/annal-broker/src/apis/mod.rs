@@ -61,10 +61,14 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
 ];
 
 /// APIs the active controller answers, forwarded to it as Kafka's brokers forward them (DescribeQuorum and
-/// ElectLeaders). Every broker advertises them beside [`SUPPORTED`]; they are kept apart because their versions
+/// ElectLeaders, partition reassignments). Every broker advertises them beside [`SUPPORTED`]; they are kept apart because their versions
 /// are the controller's (`annal_metadata::controller::supported_apis` and the quorum's DescribeQuorum).
-pub const CLUSTER_ONLY: &[(ApiKey, i16, i16)] =
-    &[(ApiKey::DescribeQuorum, 0, 2), (ApiKey::ElectLeaders, 0, 2)];
+pub const CLUSTER_ONLY: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::DescribeQuorum, 0, 2),
+    (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::AlterPartitionReassignments, 0, 1),
+    (ApiKey::ListPartitionReassignments, 0, 0),
+];
 
 /// The versions of `key` this broker serves: [`SUPPORTED`] and [`CLUSTER_ONLY`].
 pub fn supported_by(key: ApiKey) -> Option<(i16, i16)> {
@@ -125,6 +129,13 @@ pub fn decode_body(key: ApiKey, header: &RequestHeader, mut buf: Bytes) -> Resul
             decode::<OffsetForLeaderEpochRequest>(key, &mut buf, v).map(drop)
         }
         ApiKey::DescribeQuorum => decode::<DescribeQuorumRequest>(key, &mut buf, v).map(drop),
+        ApiKey::ElectLeaders => decode::<ElectLeadersRequest>(key, &mut buf, v).map(drop),
+        ApiKey::AlterPartitionReassignments => {
+            decode::<AlterPartitionReassignmentsRequest>(key, &mut buf, v).map(drop)
+        }
+        ApiKey::ListPartitionReassignments => {
+            decode::<ListPartitionReassignmentsRequest>(key, &mut buf, v).map(drop)
+        }
         ApiKey::DescribeLogDirs => decode::<DescribeLogDirsRequest>(key, &mut buf, v).map(drop),
         ApiKey::Fetch => decode::<FetchRequest>(key, &mut buf, v).map(drop),
         ApiKey::FindCoordinator => decode::<FindCoordinatorRequest>(key, &mut buf, v).map(drop),
