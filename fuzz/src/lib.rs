@@ -144,7 +144,7 @@ pub fn check_batches(data: &[u8], log: &mut annal_log::Log) {
     for v in &validated {
         let size = v.header.size();
         let one = &mut copy[v.position..v.position + size];
-        let _ = batch::record_timestamps(one);
+        let _ = batch::record_timestamps(one, MAX as usize);
         batch::assign_offset(one, 1_000, 7);
         batch::set_log_append_time(one, 1_700_000_000_000);
     }

@@ -226,6 +226,18 @@ impl Controller {
                 format!("Topic '{name}' already exists."),
             ));
         }
+        // Kafka's rule: '.' and '_' collide in metric names, so "a.b" and "a_b" cannot both exist.
+        let normalized = name.replace('.', "_");
+        if let Some(other) = image
+            .topic_ids_by_name
+            .keys()
+            .find(|other| other.replace('.', "_") == normalized)
+        {
+            return Err(ApiError::new(
+                INVALID_TOPIC_EXCEPTION,
+                format!("Topic '{name}' collides with existing topic: {other}"),
+            ));
+        }
         let assignments: Vec<Vec<i32>> = if !t.assignments.is_empty() {
             if t.num_partitions != -1 || t.replication_factor != -1 {
                 return Err(ApiError::new(
