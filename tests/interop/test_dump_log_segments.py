@@ -51,8 +51,11 @@ def dump(classpath, files, *flags):
 
 
 def payload(i):
-    # ASCII (the tool prints payloads as UTF-8 strings), varied so compression has some work to do.
-    return f"rec-{i:05d}-" + "".join(f"{(i * 7919 + j * 104729) % 65536:04x}" for j in range(300))
+    # ASCII (the tool prints payloads as UTF-8 strings), varied, and with a repeated phrase so that every codec
+    # (lz4 has no entropy coder) shrinks even a batch of one or two records: librdkafka sends a batch uncompressed
+    # when compressing would not make it smaller, and the codec check below relies on it compressing.
+    varied = "".join(f"{(i * 7919 + j * 104729) % 65536:04x}" for j in range(200))
+    return f"rec-{i:05d}-" + varied + "-annal-keeps-the-log" * 20
 
 
 def produce_batches(broker, topic, codecs, batches_per_codec, per_batch, start):
