@@ -10,6 +10,7 @@
 //! coordinator, writing to the `__consumer_offsets` partitions this broker leads.
 
 mod apis;
+mod clean_shutdown;
 pub mod cluster;
 mod cluster_meta;
 pub mod config;
@@ -157,6 +158,8 @@ pub async fn start(
     listener: tokio::net::TcpListener,
 ) -> anyhow::Result<Started> {
     let cluster_id = open_data_dir(&config)?;
+    // Taken before anything is served: from here on, a crash is an unclean stop.
+    let previous_broker_epoch = clean_shutdown::take(&config.data_dir)?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     // Every broker is part of a cluster: zero configuration makes a one-voter one (docs/decisions/0005).
     let mut cluster = cluster::ClusterRuntime::start(&config, &cluster_id).await?;
@@ -203,7 +206,13 @@ pub async fn start(
         port: advertised.1,
     }];
     cluster
-        .attach(&config, &cluster_id, replica_manager.clone(), listeners)
+        .attach(
+            &config,
+            &cluster_id,
+            replica_manager.clone(),
+            listeners,
+            previous_broker_epoch,
+        )
         .await?;
     let cluster = Arc::new(cluster);
     {
@@ -279,9 +288,23 @@ impl Started {
         broker.cluster.shutdown().await;
         tracing::info!("flushing and closing partitions");
         groups.shutdown().await;
+        let broker_epoch = broker.cluster.lease().broker_epoch;
+        let data_dir = broker.config.data_dir.clone();
         let broker = Arc::try_unwrap(broker).map_err(|_| ()).ok();
         match broker {
-            Some(b) => tokio::task::spawn_blocking(move || b.replica_manager.close_all()).await?,
+            Some(b) => {
+                tokio::task::spawn_blocking(move || b.replica_manager.close_all()).await?;
+                // Only once every partition is flushed and closed: the file tells the controller that this
+                // node's logs hold everything it acknowledged (KIP-966; see clean_shutdown.rs).
+                if broker_epoch >= 0 {
+                    if let Err(e) = clean_shutdown::write(&data_dir, broker_epoch) {
+                        tracing::warn!(
+                            dir = %data_dir.display(), error = %e,
+                            "cannot write the clean-shutdown file; the next start counts as unclean"
+                        );
+                    }
+                }
+            }
             None => {
                 tracing::warn!(
                     "requests still running at shutdown; partitions were not closed cleanly"

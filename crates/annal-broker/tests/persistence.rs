@@ -118,6 +118,14 @@ async fn clean_restart_keeps_everything() {
         .to_string();
     drop(c);
     broker.stop().await.unwrap();
+    // KIP-966: the stop was clean and says at which broker epoch, for the next registration.
+    let marker: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join(".kafka_cleanshutdown")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(marker["version"], "0");
+    let epoch: i64 = marker["broker_epoch"].as_str().unwrap().parse().unwrap();
+    assert!(epoch >= 0, "{marker}");
 
     // Left by a crash during a topic delete: removed at start. Not ours: left alone.
     std::fs::create_dir(dir.path().join("gone-0")).unwrap();
@@ -128,6 +136,8 @@ async fn clean_restart_keeps_everything() {
     let broker = TestBroker::start(dir.path(), &[]).await;
     let mut c = broker.client().await;
     assert_eq!(topic_id(&mut c, "keep").await, id); // answered, so startup is done
+                                                    // Taken at start: a crash of this process must not pass for a clean stop.
+    assert!(!dir.path().join(".kafka_cleanshutdown").exists());
     assert!(!dir.path().join("gone-0").exists());
     assert!(dir.path().join("photos-2026/beach.jpg").exists());
     assert_eq!(describe_retention(&mut c, "keep").await, "123456");
@@ -166,6 +176,10 @@ async fn kill_9_keeps_acknowledged_records() {
     let pid = new_producer_id(&mut c).await;
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
+    assert!(
+        !dir.path().join(".kafka_cleanshutdown").exists(),
+        "a killed broker has not shown a clean stop"
+    );
 
     let (mut child, addr) = spawn_child(dir.path());
     let mut c = Client::connect(addr).await;

@@ -14,6 +14,7 @@
 pub use node::{MetadataNode, MetadataNodeConfig};
 
 pub mod controller;
+pub mod crash_probe;
 pub mod image;
 pub mod listener;
 pub mod node;

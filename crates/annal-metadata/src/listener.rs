@@ -56,8 +56,16 @@ pub async fn serve(
                     let _ = stream.set_nodelay(true);
                     let (node, stop) = (node.clone(), stop.clone());
                     tokio::spawn(async move {
-                        if let Err(why) = connection(stream, node, stop).await {
-                            tracing::debug!(%peer, reason = %why, "controller connection closed");
+                        let mut heartbeats_of = None;
+                        let stopping = match connection(stream, &node, stop, &mut heartbeats_of).await {
+                            Ok(stopping) => stopping,
+                            Err(why) => {
+                                tracing::debug!(%peer, reason = %why, "controller connection closed");
+                                false
+                            }
+                        };
+                        if let (Some(broker_id), false) = (heartbeats_of, stopping) {
+                            node.broker_connection_closed(broker_id);
                         }
                         drop(slot);
                     });
@@ -76,23 +84,30 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
+/// Serves one connection; `Ok(true)` when it ended because this node is stopping. `heartbeats_of` is set to the
+/// broker whose heartbeats the connection carried, if any: when such a connection ends, the broker's process may
+/// be gone.
 async fn connection(
     mut stream: TcpStream,
-    node: Arc<MetadataNode>,
+    node: &MetadataNode,
     mut stop: watch::Receiver<bool>,
-) -> Result<(), String> {
+    heartbeats_of: &mut Option<i32>,
+) -> Result<bool, String> {
     loop {
         let frame = tokio::select! {
             f = tokio::time::timeout(IDLE_MAX, read_frame(&mut stream, REQUEST_HEADER_BYTES_MIN - 2, FRAME_BYTES_MAX)) => f,
-            _ = stopped(&mut stop) => return Ok(()),
+            _ = stopped(&mut stop) => return Ok(true),
         };
         let frame = match frame {
             Err(_) => return Err("idle".into()),
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(false),
             Ok(Err(e)) => return Err(e.to_string()),
             Ok(Ok(f)) => f,
         };
-        let out = answer(&node, Bytes::from(frame)).await?;
+        let (out, heartbeat_broker) = answer(node, Bytes::from(frame)).await?;
+        if heartbeat_broker.is_some() {
+            *heartbeats_of = heartbeat_broker;
+        }
         stream
             .write_all(&out)
             .await
@@ -100,8 +115,9 @@ async fn connection(
     }
 }
 
-/// One request frame (without its size) to one response frame (with its size). `Err` closes the connection.
-async fn answer(node: &MetadataNode, frame: Bytes) -> Result<Vec<u8>, String> {
+/// One request frame (without its size) to one response frame (with its size), and the broker id of a
+/// BrokerHeartbeat request. `Err` closes the connection.
+async fn answer(node: &MetadataNode, frame: Bytes) -> Result<(Vec<u8>, Option<i32>), String> {
     let api_key = frame
         .get(..2)
         .map(|b| i16::from_be_bytes([b[0], b[1]]))
@@ -109,7 +125,7 @@ async fn answer(node: &MetadataNode, frame: Bytes) -> Result<Vec<u8>, String> {
     if api_key == RAFT_RPC_API_KEY {
         let (header, body) = parse_request(&frame)?;
         let response = node.handle_raft_rpc(body).await;
-        return Ok(frame_response(header.correlation_id, &[], &response));
+        return Ok((frame_response(header.correlation_id, &[], &response), None));
     }
     let key = ApiKey::try_from(api_key).map_err(|_| format!("unknown API key {api_key}"))?;
     let version = frame
@@ -129,7 +145,7 @@ async fn answer(node: &MetadataNode, frame: Bytes) -> Result<Vec<u8>, String> {
         if key == ApiKey::ApiVersions {
             // KIP-511: answer with a v0 body carrying UNSUPPORTED_VERSION and our ranges.
             let body = encode(&api_versions(UNSUPPORTED_VERSION), 0)?;
-            return Ok(frame_response(correlation_id, &[], &body));
+            return Ok((frame_response(correlation_id, &[], &body), None));
         }
         return Err(format!(
             "{key:?} v{version} is not served on the controller listener"
@@ -138,6 +154,13 @@ async fn answer(node: &MetadataNode, frame: Bytes) -> Result<Vec<u8>, String> {
     let mut buf = frame;
     let header = RequestHeader::decode(&mut buf, key.request_header_version(version))
         .map_err(|e| format!("malformed {key:?} request header: {e}"))?;
+    // BrokerHeartbeat's body starts with BrokerId (int32) in every version.
+    let heartbeat_broker = (key == ApiKey::BrokerHeartbeat)
+        .then(|| {
+            buf.get(..4)
+                .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        })
+        .flatten();
     let body = match key {
         ApiKey::ApiVersions => encode(&api_versions(0), version)?,
         ApiKey::DescribeQuorum => encode(&describe_quorum(&node.quorum_status()), version)?,
@@ -157,7 +180,7 @@ async fn answer(node: &MetadataNode, frame: Bytes) -> Result<Vec<u8>, String> {
         .with_correlation_id(header.correlation_id)
         .encode(&mut head, key.response_header_version(version))
         .map_err(|e| format!("cannot encode a response header: {e}"))?;
-    Ok(frame_response_raw(&head, &body))
+    Ok((frame_response_raw(&head, &body), heartbeat_broker))
 }
 
 /// What the controller listener serves: (api key, min, max).

@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use crate::controller::{
     self, errors, BoxFuture, Controller, ControllerConfig, MetadataWriter, WriteError,
 };
+use crate::crash_probe::CrashProbes;
 use crate::image::MetadataImage;
 use crate::raft::{self, Quorum, QuorumConfig, QuorumStatus, StateMachine};
 use crate::records::{decode_batch, encode_batch, MetadataRecord};
@@ -156,6 +157,8 @@ pub struct MetadataNode {
     state: Arc<ImageStateMachine>,
     /// Present on voters: it acts only while this node leads the quorum.
     controller: Option<Arc<Controller>>,
+    /// Early fencing of brokers whose process is gone (active controller only).
+    crash_probes: Arc<CrashProbes>,
     stop: watch::Sender<bool>,
 }
 
@@ -210,12 +213,14 @@ impl MetadataNode {
             quorum,
             state,
             controller,
+            crash_probes: Arc::new(CrashProbes::default()),
             stop,
         });
         if let Some(controller) = node.controller.clone() {
             tokio::spawn(active_controller_loop(
                 controller,
                 node.quorum.clone(),
+                node.crash_probes.clone(),
                 node_id,
                 stop_rx,
             ));
@@ -246,6 +251,22 @@ impl MetadataNode {
 
     pub fn is_active_controller(&self) -> bool {
         self.controller.is_some() && self.quorum.is_leader()
+    }
+
+    /// A connection that carried broker `broker_id`'s heartbeats to this node closed. On the active controller,
+    /// probes whether the broker's process is gone and fences it at once if so ([`crate::crash_probe`]).
+    pub fn broker_connection_closed(&self, broker_id: i32) {
+        if let Some(controller) = self
+            .controller
+            .as_ref()
+            .filter(|_| self.is_active_controller())
+        {
+            self.crash_probes.spawn(
+                controller.clone(),
+                broker_id,
+                "its heartbeat connection closed",
+            );
+        }
     }
 
     pub fn quorum_status(&self) -> QuorumStatus {
@@ -399,6 +420,7 @@ fn encode_body<T: Encodable + kafka_protocol::protocol::Message>(
 async fn active_controller_loop(
     controller: Arc<Controller>,
     quorum: Arc<Quorum>,
+    crash_probes: Arc<CrashProbes>,
     node_id: u64,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -409,6 +431,18 @@ async fn active_controller_loop(
         if leads && !active {
             tracing::info!(node = node_id, "this node is now the active controller");
             controller.on_become_active(Instant::now()).await;
+            // The previous controller may have died with a broker (a combined node): that broker will never
+            // connect here, so look at every unfenced broker once rather than wait out fresh leases.
+            let image = controller.image();
+            for broker in image.brokers.values().filter(|b| !b.fenced) {
+                if u64::try_from(broker.id).ok() != Some(node_id) {
+                    crash_probes.spawn(
+                        controller.clone(),
+                        broker.id,
+                        "this node became the active controller",
+                    );
+                }
+            }
         } else if !leads && active {
             tracing::info!(
                 node = node_id,

@@ -37,6 +37,9 @@ pub struct LifecycleConfig {
     pub incarnation_id: Uuid,
     pub listeners: Vec<Endpoint>,
     pub rack: Option<String>,
+    /// The epoch the last process of this node stopped cleanly at (`.kafka_cleanshutdown`), or -1: sent as
+    /// PreviousBrokerEpoch by this process's first registration only.
+    pub previous_broker_epoch: i64,
     pub heartbeat_interval: Duration,
     /// The longest a controlled shutdown waits for the controller to move leaderships away.
     pub controlled_shutdown_max: Duration,
@@ -71,14 +74,18 @@ pub async fn run(
     state: watch::Sender<LeaseState>,
 ) {
     let mut shutdown_deadline: Option<tokio::time::Instant> = None;
+    // Later registrations of this process (after STALE_BROKER_EPOCH) share its incarnation id, which is what
+    // shows the controller they lost nothing; the file's epoch speaks for the previous process only.
+    let mut previous_epoch = config.previous_broker_epoch;
     loop {
         let epoch = state.borrow().broker_epoch;
         if epoch < 0 {
             if *want_shutdown.borrow() {
                 return; // never registered: nothing to hand over
             }
-            match register(&config, &channel, epoch).await {
+            match register(&config, &channel, previous_epoch).await {
                 Ok(new_epoch) => {
+                    previous_epoch = -1;
                     tracing::info!(
                         node = config.node_id,
                         broker_epoch = new_epoch,

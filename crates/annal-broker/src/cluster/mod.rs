@@ -209,6 +209,7 @@ impl ClusterRuntime {
         cluster_id: &str,
         replica_manager: Arc<ReplicaManager>,
         listeners: Vec<Endpoint>,
+        previous_broker_epoch: i64,
     ) -> anyhow::Result<()> {
         let (offset_tx, offset_rx) = watch::channel(-1i64);
         let (lease_tx, lease_rx) = watch::channel(LeaseState::default());
@@ -251,6 +252,7 @@ impl ClusterRuntime {
             incarnation_id: uuid::Uuid::new_v4(),
             listeners,
             rack: config.cluster.rack.clone(),
+            previous_broker_epoch,
             heartbeat_interval: Duration::from_millis(config.cluster.lease.heartbeat_interval_ms),
             controlled_shutdown_max: if config.cluster.controlled_shutdown_enable {
                 CONTROLLED_SHUTDOWN_MAX

@@ -253,6 +253,31 @@ impl Controller {
         self.maybe_rebalance(&mut state, now).await
     }
 
+    /// Fences broker `id` now if it still holds registration `epoch` unfenced: its process was seen to be gone
+    /// (see [`crate::crash_probe`]), so its leaderships move without waiting out its lease. Returns whether it
+    /// fenced. The epoch check makes a probe that raced a new registration (a restarted process) a no-op.
+    pub async fn fence_crashed(
+        &self,
+        id: i32,
+        epoch: i64,
+        now: Instant,
+    ) -> Result<bool, WriteError> {
+        let mut state = self.state.lock().await;
+        let image = self.writer.image();
+        match image.broker(id) {
+            Some(b) if !b.fenced && b.epoch == epoch => {}
+            _ => return Ok(false),
+        }
+        let records = fence_records(&image, &self.policies(&image), id, epoch);
+        self.writer.write(records).await?;
+        // The old process is gone: its lease ends now, so its next incarnation registers at once rather than
+        // being refused as a duplicate until the lease would have lapsed.
+        if let Some(lease) = state.leases.get_mut(&id) {
+            lease.deadline = now;
+        }
+        Ok(true)
+    }
+
     /// A newly active controller gives every registered broker a fresh lease, as Kafka does: it cannot know
     /// when they last heartbeated to the previous controller.
     pub async fn on_become_active(&self, now: Instant) {

@@ -81,3 +81,28 @@ async fn a_broker_released_from_controlled_shutdown_re_registers_at_once() {
     let dup = c.register_broker(registration(3, 32), now).await;
     assert_eq!(dup.error_code, DUPLICATE_BROKER_REGISTRATION);
 }
+
+#[tokio::test]
+async fn a_crashed_broker_is_fenced_at_once_and_its_next_incarnation_registers_at_once() {
+    let writer = Arc::new(InMemoryWriter::new(MetadataImage::new("c")));
+    let c = controller(&writer, None);
+    register_and_unfence(&c, &writer, 1, 10).await;
+    let epoch = register_and_unfence(&c, &writer, 2, 20).await;
+    let now = Instant::now();
+    // A probe that raced a new registration (another epoch) decides nothing.
+    assert!(!c.fence_crashed(2, epoch + 100, now).await.unwrap());
+    assert!(!writer.image().broker(2).unwrap().fenced);
+    assert!(!c.fence_crashed(9, 0, now).await.unwrap(), "unknown broker");
+    assert!(c.fence_crashed(2, epoch, now).await.unwrap());
+    assert!(writer.image().broker(2).unwrap().fenced);
+    assert!(
+        !c.fence_crashed(2, epoch, now).await.unwrap(),
+        "already fenced"
+    );
+    // Its process was proven gone: the restarted process need not wait out the old lease.
+    let again = c.register_broker(registration(2, 21), now).await;
+    assert_eq!(again.error_code, NONE);
+    assert!(again.broker_epoch > epoch);
+    // The live broker was not touched.
+    assert!(!writer.image().broker(1).unwrap().fenced);
+}
