@@ -21,6 +21,7 @@ Not a test: nothing here asserts speed; the ratios Annal/Kafka are printed at th
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -49,8 +50,19 @@ def create_topic(bootstrap, name, partitions):
         admin.close()
 
 
-def perf(c, bootstrap, topic, records, rate, label):
-    cmd = ["java", "-Xmx512m", "-cp", c.classpath(), "org.apache.kafka.tools.ProducerPerformance",
+_CLASSPATH = []
+
+
+def kafka_classpath():
+    """Apache Kafka's jars (broker + tools) from Maven Central, as the interop tests fetch them."""
+    if not _CLASSPATH:
+        out = subprocess.run([str(harness.KAFKA_SCRIPTS / "fetch.sh")], check=True, capture_output=True, text=True)
+        _CLASSPATH.append(Path(out.stdout.strip()).read_text().strip())
+    return _CLASSPATH[0]
+
+
+def perf(bootstrap, topic, records, rate, label):
+    cmd = ["java", "-Xmx512m", "-cp", kafka_classpath(), "org.apache.kafka.tools.ProducerPerformance",
            "--topic", topic, "--num-records", str(records), "--record-size", "1024", "--throughput", str(rate),
            "--producer-props", f"bootstrap.servers={bootstrap}", "acks=all", "linger.ms=5"]
     timeout = 120 + (records / rate * 2 if rate > 0 else records / 2000)
@@ -142,11 +154,11 @@ def run_kind(kind, args, workdir):
             c.wait_for_leaders(t, PARTITIONS, timeout=60)
         out = {}
         procs.log(f"{kind}: warm-up")
-        perf(c, bootstrap, "rep-warmup", 30_000, -1, f"{kind}:warmup")
+        perf(bootstrap, "rep-warmup", 30_000, -1, f"{kind}:warmup")
         procs.log(f"{kind}: max-rate throughput, {args.records} records")
-        out["max_rate"] = perf(c, bootstrap, "rep-max", args.records, -1, f"{kind}:max")
+        out["max_rate"] = perf(bootstrap, "rep-max", args.records, -1, f"{kind}:max")
         procs.log(f"{kind}: fixed rate {args.rate}/s for 20 s")
-        out["fixed_rate"] = perf(c, bootstrap, "rep-fixed", args.rate * 20, args.rate, f"{kind}:fixed")
+        out["fixed_rate"] = perf(bootstrap, "rep-fixed", args.rate * 20, args.rate, f"{kind}:fixed")
         procs.log(f"{kind}: failover at {args.failover_rate}/s")
         out["failover"] = failover_gap(c, "rep-failover", args.failover_rate)
         procs.log(f"{kind}: {json.dumps(out)}")
