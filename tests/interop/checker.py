@@ -42,9 +42,18 @@ class History:
     commits: list = field(default_factory=list)  # (group, partition, offset, source) in acknowledgement order
     committed_final: dict = field(default_factory=dict)  # (group, partition) -> offset read back at the end
     final: dict = field(default_factory=dict)  # partition -> [(offset, value)] from the start to the end
+    # Producers that do not report what they send (VerifiableProducer prints only outcomes) register the prefix of
+    # their values: any value with it counts as sent.
+    prefixes: dict = field(default_factory=dict)  # value prefix -> producer name
 
     def attempt(self, value, producer):
         self.attempted[value] = producer
+
+    def attempt_prefix(self, prefix, producer):
+        self.prefixes[prefix] = producer
+
+    def sent(self, value):
+        return value in self.attempted or any(str(value).startswith(p) for p in self.prefixes)
 
     def ack(self, value, partition, offset, producer):
         self.acked.append((value, partition, offset, producer))
@@ -126,9 +135,9 @@ def check(h):
             out.append(Anomaly("duplicate", f"{value!r} is at {', '.join(f'{p}@{o}' for p, o in sorted(where))}"))
 
     # phantom: nobody sent it.
-    if h.attempted:
+    if h.attempted or h.prefixes:
         for (partition, offset), value in sorted(final_at.items()):
-            if value not in h.attempted:
+            if not h.sent(value):
                 out.append(Anomaly("phantom", f"{partition}@{offset} holds {value!r}, which no producer sent"))
 
     # backwards / skip within a session.

@@ -111,3 +111,21 @@ def test_assert_valid_lists_the_anomalies_and_the_schedule():
         assert_valid(h, schedule)
     text = str(e.value)
     assert "lost" in text and "0@3" in text and "kill -9 node 2" in text and "FAULT_SEED=7" in text
+
+
+def test_prefix_producers_count_as_sent():
+    h = valid_history()
+    h.attempt_prefix("7.", "java")
+    h.final[1].append((2, "7.0"))
+    assert check(h) == []
+    h.final[1].append((3, "8.0"))
+    assert kinds(h) == ["phantom"]
+
+
+def test_fault_schedule_is_seeded():
+    """The same FAULT_SEED makes the same choices (what a replay relies on)."""
+    from faults import FaultSchedule
+
+    a, b = FaultSchedule("a", 1234), FaultSchedule("b", 1234)
+    assert [a.choice("x", range(10)) for _ in range(5)] == [b.choice("x", range(10)) for _ in range(5)]
+    assert "FAULT_SEED=1234" in a.report()
