@@ -68,8 +68,13 @@ def broker_kind():
 
 
 def new_cluster_id():
-    """A cluster id in Kafka's format (a random UUID, URL-safe base64 without padding: 22 characters)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A cluster id in Kafka's format (a random UUID, URL-safe base64 without padding: 22 characters). Like Kafka's
+    Uuid.randomUuid(), never one that starts with '-': on a command line (`--cluster-id -x...`, `format -t -x...`)
+    it would read as an option (one cluster start in 32 failed so)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 def wait_until(what, probe, timeout, interval=0.2, describe_failure=None):

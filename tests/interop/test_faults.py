@@ -303,7 +303,8 @@ def test_isolated_follower_leaves_the_isr_and_rejoins(scenario, run):
     s.finish()
 
 
-def test_two_of_three_replicas_down_refuse_then_recover(split_scenario):
+@runs
+def test_two_of_three_replicas_down_refuse_then_recover(split_scenario, run):
     """Brokers 2-4 (node 1 is the quorum, so it survives): two brokers die, the survivor's ISR shrinks to itself,
     acks=all is refused with NOT_ENOUGH_REPLICAS and nothing is acknowledged until they are back."""
     s = split_scenario
