@@ -36,7 +36,7 @@ class Read:
 @dataclass
 class History:
     attempted: dict = field(default_factory=dict)  # value -> producer name
-    acked: list = field(default_factory=list)  # (value, partition, offset, producer)
+    acked: list = field(default_factory=list)  # (value, partition, offset or None if not reported, producer)
     failed: list = field(default_factory=list)  # (value, error text)
     reads: list = field(default_factory=list)  # Read, in delivery order
     commits: list = field(default_factory=list)  # (group, partition, offset, source) in acknowledgement order
@@ -95,8 +95,16 @@ def check(h):
         for offset, value in records:
             final_at[(partition, offset)] = value
 
-    # lost: acknowledged but not where it was acknowledged.
+    # lost: acknowledged but not where it was acknowledged. An acknowledgement may come without an offset
+    # (librdkafka reports a batch the broker answered DUPLICATE_SEQUENCE_NUMBER as delivered, offset unknown):
+    # then the value must be somewhere in the partition.
+    final_values = {(p, v) for (p, _), v in final_at.items()}
     for value, partition, offset, producer in h.acked:
+        if offset is None or offset < 0:
+            if (partition, value) not in final_values:
+                out.append(Anomaly("lost", f"{producer} had {value!r} acknowledged in partition {partition} (offset "
+                                           f"not reported); the final log does not have it"))
+            continue
         got = final_at.get((partition, offset), _MISSING)
         if got != value:
             where = "nothing" if got is _MISSING else repr(got)
@@ -105,7 +113,7 @@ def check(h):
 
     # changed: one (partition, offset), two values.
     seen = {}
-    observations = [(p, o, v, f"ack to {prod}") for v, p, o, prod in h.acked]
+    observations = [(p, o, v, f"ack to {prod}") for v, p, o, prod in h.acked if o is not None and o >= 0]
     observations += [(r.partition, r.offset, r.value, f"read in {r.session}") for r in h.reads if r.value is not None]
     observations += [(p, o, v, "final log") for (p, o), v in final_at.items()]
     for partition, offset, value, source in observations:
@@ -126,7 +134,8 @@ def check(h):
     for (partition, offset), value in final_at.items():
         places[value].add((partition, offset))
     for value, partition, offset, _ in h.acked:
-        places[value].add((partition, offset))
+        if offset is not None and offset >= 0:
+            places[value].add((partition, offset))
     for r in h.reads:
         if r.value is not None:
             places[r.value].add((r.partition, r.offset))

@@ -129,3 +129,12 @@ def test_fault_schedule_is_seeded():
     a, b = FaultSchedule("a", 1234), FaultSchedule("b", 1234)
     assert [a.choice("x", range(10)) for _ in range(5)] == [b.choice("x", range(10)) for _ in range(5)]
     assert "FAULT_SEED=1234" in a.report()
+
+
+def test_an_acknowledgement_without_offset_needs_the_value_somewhere_in_its_partition():
+    h = valid_history()
+    h.ack("y", 1, None, "p2")  # librdkafka: DUPLICATE_SEQUENCE_NUMBER is "delivered", offset unknown
+    assert check(h) == []
+    h.ack("unacked-2", 1, None, "p2")
+    h.attempt("unacked-2", "p2")
+    assert kinds(h) == ["lost"]

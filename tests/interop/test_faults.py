@@ -304,6 +304,25 @@ def test_isolated_follower_leaves_the_isr_and_rejoins(scenario, run):
 
 
 @runs
+def test_leader_partitioned_from_the_cluster_but_not_from_clients(scenario, run):
+    """Jepsen's classic Kafka case: the leader loses the other nodes (followers and controllers) but clients still
+    reach it and keep writing to it. It can neither replicate nor shrink its ISR through the controller, so it must
+    acknowledge nothing; the controller fences it and elects a follower; on healing it truncates what it took."""
+    s = scenario
+    s.start_load()
+    p = s.schedule.choice("partition", range(PARTITIONS))
+    leader = s.leader_of(p)
+    s.hold("load before the partition", 0.5, 1.5)
+    s.faults.isolate(leader, BLACKHOLE, from_clients=False)
+    s.wait_leader(p, s.brokers - {leader}, f"node {leader} cut off from the cluster")
+    s.wait_progress("writes go on at the new leader")
+    s.hold("the old leader still takes client writes", 1, SESSION_S)
+    s.faults.heal_network()
+    s.wait_isr(p, lambda isr: leader in isr, f"node {leader} back in the ISR")
+    s.finish()
+
+
+@runs
 def test_two_of_three_replicas_down_refuse_then_recover(split_scenario, run):
     """Brokers 2-4 (node 1 is the quorum, so it survives): two brokers die, the survivor's ISR shrinks to itself,
     acks=all is refused with NOT_ENOUGH_REPLICAS and nothing is acknowledged until they are back."""
