@@ -273,6 +273,7 @@ class Faults:
         self.cluster = cluster
         self.schedule = schedule
         self.proxy = proxy
+        self.isolated = set()  # node ids cut off by isolate(): their view of the cluster is stale
 
     def _say(self, what):
         self.schedule.step(what)
@@ -323,6 +324,7 @@ class Faults:
         assert node_id in outgoing, (f"the proxy attributes no open connection to node {node_id} (sources seen: "
                                      f"{outgoing}); its peer identification is broken")
         self._say(f"isolate node {node_id} ({mode}) from {peers}")
+        self.isolated.add(node_id)
         for peer in peers:
             self.proxy.set_rule(peer, node_id, mode)
             if peer != CLIENT:
@@ -337,6 +339,7 @@ class Faults:
         if self.proxy is not None:
             self._say("heal the network (every link passes; blackholed connections are reset)")
             self.proxy.clear()
+        self.isolated.clear()
 
     def heal(self):
         """Network healed, paused nodes resumed, dead ones started; waits until the cluster is ready."""

@@ -108,9 +108,14 @@ class Scenario:
         self.schedule.step(f"topic {self.topic}: {PARTITIONS} partitions, RF 3, min.insync.replicas={MIN_ISR}, "
                            f"leaders {self.leaders()}")
 
+    def observers(self):
+        """Live brokers that are not cut off: an isolated node keeps answering the harness (which reaches its real
+        port) from its last, stale metadata, as a partitioned Kafka broker does."""
+        return [n for n in self.live_brokers() if n.node_id not in self.faults.isolated]
+
     def view(self, partition, via=None):
-        """The partition's Metadata entry as `via` (default: some live broker) sees it, or None."""
-        for node in ([via] if via else self.live_brokers()):
+        """The partition's Metadata entry as `via` (default: some live, connected broker) sees it, or None."""
+        for node in ([via] if via else self.observers()):
             try:
                 t = node.metadata(topics=[self.topic])["topics"].get(self.topic)
             except OSError:
