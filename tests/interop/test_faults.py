@@ -363,6 +363,44 @@ def test_two_of_three_replicas_down_refuse_then_recover(split_scenario, run):
 
 
 @runs
+def test_a_stale_replica_left_alone_is_not_elected(split_scenario, run):
+    """KIP-966's "last replica standing": a broker dies and drops out of the ISR, writes go on with the other two
+    (acknowledged at min.insync.replicas=2), then those two die as well and only the stale one comes back. Its log
+    lacks acknowledged records, so with unclean.leader.election.enable=false it must lead nothing until an in-sync
+    replica returns; then nothing acknowledged is lost."""
+    s = split_scenario
+    s.start_load()
+    stale = s.schedule.choice("broker that falls behind", s.brokers)
+    s.faults.kill(stale)
+    for p in range(PARTITIONS):
+        s.wait_isr(p, lambda isr: stale not in isr and len(isr) == 2, f"ISR without node {stale}",
+                   timeout=ELECTION_BOUND_S)
+    s.wait_progress(f"writes acknowledged without node {stale}", n=50)
+    rest = sorted(s.brokers - {stale})
+    for b in s.schedule.rng.sample(rest, len(rest)):
+        s.faults.kill(b)
+    s.hold("every broker down", 0.5, SESSION_S)
+    s.faults.restart(stale)
+    s.cluster.wait_until(f"node {stale} registered and serving Metadata",
+                         lambda: s.view(0, s.cluster.node(stale)) is not None, ELECTION_BOUND_S)
+    deadline = time.monotonic() + s.schedule.uniform("watch the stale replica alone (s)", SESSION_S + 2,
+                                                      SESSION_S + 5)
+    led = {}
+    while time.monotonic() < deadline:
+        for p in range(PARTITIONS):
+            v = s.view(p, s.cluster.node(stale))
+            if v is not None and v["leader"] == stale:
+                led[p] = v
+        time.sleep(0.2)
+    s.schedule.step(f"node {stale} alone led {sorted(led)}")
+    assert not led, (f"node {stale}, whose log lacks acknowledged records, was elected leader of {led} "
+                     f"(unclean.leader.election.enable=false)\n{s.schedule.report()}")
+    for b in s.schedule.rng.sample(rest, len(rest)):
+        s.faults.restart(b)
+    s.finish()
+
+
+@runs
 def test_two_failovers_in_quick_succession(scenario, run):
     """kill -9 of a leader, then of its successor as soon as it leads (the first is restarting, not yet caught
     up): the third replica leads, writes wait until a second replica is in sync again, nothing acknowledged is
