@@ -192,7 +192,10 @@ class Scenario:
 
     def hold(self, what, low, high):
         """Keeps the load running for a seeded while (plus FAULT_DURATION)."""
-        return self.schedule.sleep(what, low, high) + (time.sleep(FAULT_DURATION) or FAULT_DURATION)
+        seconds = self.schedule.sleep(what, low, high)
+        if FAULT_DURATION:
+            time.sleep(FAULT_DURATION)
+        return seconds + FAULT_DURATION
 
     def acks_between(self, t0, t1):
         return [(p.name, a) for p in self.producers for a in p.between(t0, t1)]
@@ -432,6 +435,43 @@ def test_kill_every_node_and_restart(scenario, run):
     s.schedule.rng.shuffle(order)
     s.faults.restart_all(order)
     s.cluster.wait_ready()
+    s.finish()
+
+
+NEMESIS_STEPS = int(os.environ.get("FAULT_NEMESIS_STEPS", "3"))
+
+
+@runs
+def test_random_nemesis(scenario, run):
+    """Jepsen's nemesis: a seeded sequence of faults (kill -9, SIGSTOP shorter or longer than the session timeout,
+    a node blackholed, the leader cut off from the cluster but not from clients), one node at a time so that the
+    quorum lives, each healed before the next; FAULT_NEMESIS_STEPS steps (3 by default, more in the long mode)."""
+    s = scenario
+    s.start_load()
+    for step in range(NEMESIS_STEPS):
+        p = s.schedule.choice(f"step {step}: partition", range(PARTITIONS))
+        leader = s.leader_of(p)
+        victim = s.schedule.choice(f"step {step}: node (its leader is {leader})", s.brokers)
+        fault = s.schedule.choice(f"step {step}: fault", ["kill", "pause", "isolate", "cut-leader"])
+        if fault == "kill":
+            s.faults.kill(victim)
+            s.hold("down", 0.5, SESSION_S + 2)
+            s.faults.restart(victim)
+        elif fault == "pause":
+            s.faults.pause(victim)
+            s.hold("paused", 0.5, SESSION_S * 2)
+            s.faults.resume(victim)
+        elif fault == "isolate":
+            s.faults.isolate(victim, BLACKHOLE)
+            s.hold("isolated", 0.5, SESSION_S * 2)
+            s.faults.heal_network()
+        else:
+            s.faults.isolate(leader, BLACKHOLE, from_clients=False)
+            s.hold("leader cut off", 0.5, SESSION_S * 2)
+            s.faults.heal_network()
+        s.faults.heal()
+        s.wait_isr_full()
+        s.wait_progress(f"step {step} healed")
     s.finish()
 
 
