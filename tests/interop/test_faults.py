@@ -438,6 +438,44 @@ def test_kill_every_node_and_restart(scenario, run):
     s.finish()
 
 
+@runs
+def test_zombie_group_coordinator(scenario, run):
+    """SIGSTOP of a group's coordinator past the session timeout: another broker takes its __consumer_offsets
+    partition over; on SIGCONT the zombie answers the commits its sockets queued. A commit may only be acknowledged
+    once replicated, so none it acknowledges may be missing from the committed offsets read back at the end."""
+    s = scenario
+    group = f"g-{s.topic}"
+    s.start_load(group=group)
+    s.cluster.wait_until(f"group {group} committing", lambda: len(s.history.commits) >= 5, 90)
+    zombie = s.cluster.wait_until(f"the coordinator of {group}", lambda: coordinator_of(s, group), 30)
+    s.schedule.step(f"group {group}: coordinator is node {zombie}")
+    s.hold("group running", 0.5, 1.5)
+    s.faults.pause(zombie)
+    moved = s.cluster.wait_until(f"a new coordinator of {group}",
+                                 lambda: (c := coordinator_of(s, group)) not in (None, zombie) and c,
+                                 ELECTION_BOUND_S + 30)
+    s.schedule.step(f"group {group}: coordinator is now node {moved}")
+    s.hold("the zombie coordinator stays frozen", 0.5, SESSION_S)
+    s.faults.resume(zombie)
+    before = len(s.history.commits)
+    s.cluster.wait_until(f"group {group} commits again", lambda: len(s.history.commits) >= before + 5,
+                         PROGRESS_BOUND_S)
+    s.hold("the zombie is back", 1, 3)
+    s.finish()
+
+
+def coordinator_of(s, group):
+    """The group's coordinator id as the first connected broker that knows one names it, else None."""
+    for n in s.observers():
+        try:
+            error, node_id, _, _ = kwire.find_coordinator(n, group)
+        except OSError:
+            continue
+        if error == 0 and node_id >= 0:
+            return node_id
+    return None
+
+
 NEMESIS_STEPS = int(os.environ.get("FAULT_NEMESIS_STEPS", "3"))
 
 
