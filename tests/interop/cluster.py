@@ -70,7 +70,7 @@ def broker_kind():
 def new_cluster_id():
     """A cluster id in Kafka's format (a random UUID, URL-safe base64 without padding: 22 characters). Like Kafka's
     Uuid.randomUuid(), never one that starts with '-': on a command line (`--cluster-id -x...`, `format -t -x...`)
-    it would read as an option (one cluster start in 32 failed so)."""
+    it would read as an option (about one cluster start in 64 failed so)."""
     while True:
         text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if not text.startswith("-"):
