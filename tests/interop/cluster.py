@@ -68,8 +68,13 @@ def broker_kind():
 
 
 def new_cluster_id():
-    """A cluster id in Kafka's format (a random UUID, URL-safe base64 without padding: 22 characters)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A cluster id in Kafka's format (a random UUID, URL-safe base64 without padding: 22 characters). Like Kafka's
+    Uuid.randomUuid(), never one that starts with '-': on a command line (`--cluster-id -x...`, `format -t -x...`)
+    it would read as an option (about one cluster start in 64 failed so)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 def wait_until(what, probe, timeout, interval=0.2, describe_failure=None):
@@ -111,6 +116,10 @@ class Node:
         self.proc = None
         self.paused = False
         self.returncode = None
+        # Where the other nodes and clients are told to connect (advertised.listeners, controller.quorum.voters):
+        # the node's own ports unless a test puts a proxy in front of it (faults.py's LinkProxy).
+        self.advertised_port = port
+        self.advertised_controller_port = controller_port
 
     def __repr__(self):
         state = "paused" if self.paused else ("running" if self.alive() else f"exited {self.returncode}")
@@ -263,7 +272,8 @@ class Cluster:
 
     @property
     def voters(self):
-        return ",".join(f"{n.node_id}@{n.host}:{n.controller_port}" for n in self.nodes if self.is_controller(n))
+        return ",".join(f"{n.node_id}@{n.host}:{n.advertised_controller_port}" for n in self.nodes
+                        if self.is_controller(n))
 
     def is_controller(self, node):
         return self.controllers is None or node.node_id <= self.controllers
@@ -281,7 +291,7 @@ class Cluster:
             "node.id": str(node.node_id),
             "controller.quorum.voters": self.voters,
             "listeners": f"PLAINTEXT://{node.host}:{node.port},CONTROLLER://{node.host}:{node.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{node.host}:{node.port}",
+            "advertised.listeners": f"PLAINTEXT://{node.host}:{node.advertised_port}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
@@ -293,10 +303,17 @@ class Cluster:
             "transaction.state.log.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
         }
+        if node.advertised_controller_port != node.controller_port and self.is_controller(node):
+            # Proxied: the controller listener is reached at another address than it binds, which a combined or
+            # controller node says in advertised.listeners (KIP-853; Annal checks the voters entry against it).
+            props["advertised.listeners"] += f",CONTROLLER://{node.host}:{node.advertised_controller_port}"
         if not self.is_broker(node):
             props.update({"process.roles": "controller",
                           "listeners": f"CONTROLLER://{node.host}:{node.controller_port}",
-                          "advertised.listeners": None, "inter.broker.listener.name": None,
+                          "advertised.listeners": (f"CONTROLLER://{node.host}:{node.advertised_controller_port}"
+                                                   if node.advertised_controller_port != node.controller_port
+                                                   else None),
+                          "inter.broker.listener.name": None,
                           "listener.security.protocol.map": "CONTROLLER:PLAINTEXT"})
         elif not self.is_controller(node):
             props.update({"process.roles": "broker", "listeners": f"PLAINTEXT://{node.host}:{node.port}"})

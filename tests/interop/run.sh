@@ -12,6 +12,9 @@
 #                                                             `cluster`, test_cluster.py / @Tag("cluster")); ./test.sh
 #                                                             sets it. Under a minute against Annal, two against
 #                                                             INTEROP_BROKER=kafka.
+#   FAULT_SEED=N FAULT_RUNS=N FAULT_DURATION=S                the fault-injection scenarios (test_faults.py, marker
+#                                                             `faults`, part of the cluster tests): seed, runs per
+#                                                             scenario, extra seconds of load per fault (README)
 #   INTEROP_ONLY=python|java                                  run one half only
 #   INTEROP_JAVA_TESTS=ClusterTest                            run only these Java test classes (surefire -Dtest)
 #   extra arguments go to pytest (e.g. -k codec -x)
