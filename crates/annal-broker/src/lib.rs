@@ -18,6 +18,7 @@ pub mod group;
 mod kafka_code;
 mod log_cleaner;
 mod log_manager;
+pub mod ops;
 mod producer_ids;
 mod replica;
 mod server;
@@ -51,6 +52,10 @@ pub struct Broker {
     advertised: (String, u16),
     /// KIP-227 incremental fetch sessions.
     fetch_sessions: apis::fetch_session::FetchSessions,
+    /// Lag health and retention-guard state between evaluations (`ops::groups`).
+    health: ops::groups::GroupHealth,
+    /// What `/readyz` checks that the managers do not know.
+    readiness: ops::http::Readiness,
 }
 
 impl Broker {
@@ -78,6 +83,11 @@ impl Broker {
     /// The host and port clients are told to connect to.
     pub fn advertised(&self) -> (&str, u16) {
         (&self.advertised.0, self.advertised.1)
+    }
+
+    /// The broker's always-on metrics (`ops::metrics`).
+    pub fn metrics(&self) -> &ops::metrics::BrokerMetrics {
+        self.replica_manager.metrics()
     }
 }
 
@@ -147,6 +157,8 @@ pub async fn run_with_listener(
 pub struct Started {
     broker: Arc<Broker>,
     listener: tokio::net::TcpListener,
+    /// The HTTP listener (`http.listen`), if on and bound.
+    http: Option<tokio::net::TcpListener>,
     stop_tx: tokio::sync::watch::Sender<bool>,
     stop_rx: tokio::sync::watch::Receiver<bool>,
 }
@@ -157,6 +169,8 @@ pub async fn start(
     listener: tokio::net::TcpListener,
 ) -> anyhow::Result<Started> {
     let cluster_id = open_data_dir(&config)?;
+    // Bound first: an explicit http.listen that cannot be bound stops start-up before anything else runs.
+    let http = ops::http::bind(&config.ops).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     // Every broker is part of a cluster: zero configuration makes a one-voter one (docs/decisions/0005).
     let mut cluster = cluster::ClusterRuntime::start(&config, &cluster_id).await?;
@@ -228,15 +242,21 @@ pub async fn start(
         groups,
         advertised,
         fetch_sessions,
+        health: Default::default(),
+        readiness: Default::default(),
     });
     tracing::info!(
         listen = %local, advertised = %format!("{}:{}", broker.advertised.0, broker.advertised.1),
         data_dir = %broker.config.data_dir.display(), cluster_id = %broker.cluster_id,
         "annal broker started"
     );
+    if let Some(addr) = http.as_ref().and_then(ops::http::local_addr) {
+        tracing::info!(http = %addr, "HTTP listener: /metrics, /healthz, /readyz, /v1/groups, /v1/topics");
+    }
     Ok(Started {
         broker,
         listener,
+        http,
         stop_tx,
         stop_rx,
     })
@@ -256,9 +276,24 @@ impl Started {
         let Started {
             broker,
             listener,
+            http,
             stop_tx,
             stop_rx,
         } = self;
+        let http = http.map(|l| {
+            let limits = ops::http::HttpLimits::default();
+            let app = ops::http::router(broker.clone(), &limits);
+            let b = broker.clone();
+            tokio::spawn(ops::http::serve(
+                l,
+                app,
+                limits,
+                stop_rx.clone(),
+                move || {
+                    b.metrics().http_connections_refused.inc();
+                },
+            ))
+        });
         let groups = broker.groups.clone();
         let retention = tokio::spawn(retention_loop(broker.clone(), stop_rx.clone()));
         let cleaner =
@@ -272,6 +307,9 @@ impl Started {
             let _ = stop_tx.send(true);
         });
         server::serve(listener, broker.clone(), stop_rx).await;
+        if let Some(h) = http {
+            let _ = h.await;
+        }
         retention.abort();
         let _ = retention.await;
         cleaner.shutdown().await;
@@ -299,11 +337,15 @@ impl Started {
 /// replica.high.watermark.checkpoint.interval.ms is 5 s).
 const HW_CHECKPOINT_TICKS: u64 = 5;
 
+/// Housekeeping ticks between evaluations of the retention guard's warnings.
+const HEALTH_TICKS: u64 = 10;
+
 async fn retention_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Receiver<bool>) {
     let retention_every = config_duration(broker.config.retention_check_interval_ms);
     let tick = retention_every.min(Duration::from_secs(1));
     let mut next_retention = tokio::time::Instant::now() + retention_every;
     let mut checkpoint_tick = 0u64;
+    let mut health_tick = 0u64;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(tick) => {}
@@ -316,6 +358,8 @@ async fn retention_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Recei
         let b = broker.clone();
         checkpoint_tick += 1;
         let checkpoint = checkpoint_tick.is_multiple_of(HW_CHECKPOINT_TICKS);
+        health_tick += 1;
+        let health = health_tick.is_multiple_of(HEALTH_TICKS);
         let _ = tokio::task::spawn_blocking(move || {
             flush_due(&b);
             if checkpoint {
@@ -323,6 +367,11 @@ async fn retention_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Recei
             }
             if run_retention {
                 apply_retention(&b);
+            }
+            if health || run_retention {
+                // The retention guard's warnings are logged whether or not anyone looks at /metrics.
+                let reports = ops::groups::reports(&b, None);
+                ops::groups::log_retention_warnings(&b, &reports);
             }
         })
         .await;
@@ -334,7 +383,8 @@ fn flush_due(broker: &Broker) {
 }
 
 fn apply_retention(broker: &Broker) {
-    broker.replica_manager.apply_retention(now_ms());
+    let moved = broker.replica_manager.apply_retention(now_ms());
+    ops::groups::account_retention(broker, &moved);
 }
 
 pub fn now_ms() -> i64 {
