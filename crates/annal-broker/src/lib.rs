@@ -267,6 +267,11 @@ impl Started {
         &self.broker
     }
 
+    /// Where the HTTP listener (`http.listen`) is bound; `None` when it is off or its default was taken.
+    pub fn http_addr(&self) -> Option<std::net::SocketAddr> {
+        self.http.as_ref().and_then(ops::http::local_addr)
+    }
+
     /// Serves until `shutdown` resolves; see [`run`]. Drop every clone of [`Started::broker`] before shutdown
     /// or the partitions still referenced are flushed but not marked clean.
     pub async fn serve(
