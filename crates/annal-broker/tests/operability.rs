@@ -6,9 +6,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use annal_broker::BrokerConfig;
+use annal_client::Client;
 use annal_client::{encode_batch, OutgoingRecord};
 use kafka_protocol::records::Compression;
-use annal_client::Client;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// GET `path`; (status, body).
@@ -23,7 +23,10 @@ async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
         .unwrap();
     let text = String::from_utf8(out).unwrap();
     let status = text[9..12].parse().unwrap();
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     // Chunked bodies (axum streams JSON with a length, metrics too; chunked only if the length is unknown).
     (status, body)
 }
@@ -81,7 +84,10 @@ async fn metrics_and_group_health_over_http() {
     assert!(ready, "/readyz never answered 200");
 
     let mut client = Client::connect(&kafka.to_string()).await.unwrap();
-    client.create_topic("ops", Some(1), None, &[]).await.unwrap();
+    client
+        .create_topic("ops", Some(1), None, &[])
+        .await
+        .unwrap();
     let topic = client.created_topic("ops").await.unwrap();
     let now = annal_broker::now_ms();
     let records: Vec<OutgoingRecord> = (0..10)
@@ -93,7 +99,10 @@ async fn metrics_and_group_health_over_http() {
         })
         .collect();
     let batch = encode_batch(&records, Compression::None).unwrap();
-    client.produce(&topic, vec![(0, batch)], -1, 5000).await.unwrap();
+    client
+        .produce(&topic, vec![(0, batch)], -1, 5000)
+        .await
+        .unwrap();
 
     // The same offset committed three times with lag: STALL (Burrow's rule 4), group ERR.
     for _ in 0..3 {
@@ -122,7 +131,11 @@ async fn metrics_and_group_health_over_http() {
     let (status, text) = get(http, "/metrics").await;
     assert_eq!(status, 200);
     assert_eq!(
-        sample(&text, "annal_topic_records_produced_total", &[("topic", "ops")]),
+        sample(
+            &text,
+            "annal_topic_records_produced_total",
+            &[("topic", "ops")]
+        ),
         Some(10.0),
         "{text}"
     );
@@ -131,7 +144,11 @@ async fn metrics_and_group_health_over_http() {
         Some(10.0)
     );
     assert_eq!(
-        sample(&text, "annal_group_lag_records_sum", &[("group", "stalled")]),
+        sample(
+            &text,
+            "annal_group_lag_records_sum",
+            &[("group", "stalled")]
+        ),
         Some(6.0)
     );
     assert_eq!(
@@ -140,13 +157,21 @@ async fn metrics_and_group_health_over_http() {
     );
     assert!(sample(&text, "annal_requests_total", &[("api", "Produce")]).unwrap() >= 1.0);
     assert!(
-        sample(&text, "annal_request_duration_seconds_count", &[("api", "OffsetCommit")]).unwrap()
+        sample(
+            &text,
+            "annal_request_duration_seconds_count",
+            &[("api", "OffsetCommit")]
+        )
+        .unwrap()
             >= 3.0
     );
     assert_eq!(sample(&text, "annal_active_controller", &[]), Some(1.0));
     assert!(sample(&text, "annal_data_dir_total_bytes", &[]).unwrap() > 0.0);
     assert!(sample(&text, "process_resident_memory_bytes", &[]).unwrap() > 0.0);
-    assert!(text.ends_with("# EOF\n"), "OpenMetrics text ends with # EOF");
+    assert!(
+        text.ends_with("# EOF\n"),
+        "OpenMetrics text ends with # EOF"
+    );
 
     let (status, body) = get(http, "/v1/topics").await;
     assert_eq!(status, 200);

@@ -197,6 +197,12 @@ pub fn reports(broker: &Broker, only: Option<&str>) -> Vec<GroupReport> {
             let Some(part) = broker.replica_manager().partition(&o.topic, o.partition) else {
                 continue;
             };
+            let local = broker.replica_manager().local_broker_id();
+            if !part.is_leader() && !part.replicas().contains(&local) {
+                // No replica here (an empty placeholder log): its offsets would read as zero lag. Its leader's
+                // broker does not see this group's commits either; see docs/decisions/0014-operability.md.
+                continue;
+            }
             let hw = part.high_watermark();
             let log_start = part.log_start_offset();
             let lag = (hw - o.offset).max(0);
