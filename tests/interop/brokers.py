@@ -142,9 +142,11 @@ class AnnalBroker(Broker):
     kind = "annal"
     owns_process = True
 
-    def __init__(self, annal_bin, workdir):
+    def __init__(self, annal_bin, workdir, overrides=()):
         super().__init__()
         self.annal_bin = annal_bin
+        # `--override key=value` settings for `annal serve` (tests of Annal-only settings).
+        self.overrides = list(overrides)
         self.workdir = Path(workdir)
         self.data_dir = self.workdir / "data"
         self.log_path = self.workdir / "annal.log"
@@ -155,7 +157,8 @@ class AnnalBroker(Broker):
     def start(self):
         self._log_file = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [self.annal_bin, "serve", "--data-dir", str(self.data_dir), "--listen", self.bootstrap],
+            [self.annal_bin, "serve", "--data-dir", str(self.data_dir), "--listen", self.bootstrap]
+            + [a for o in self.overrides for a in ("--override", o)],
             stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -19,6 +19,7 @@ pub mod group;
 mod kafka_code;
 mod log_cleaner;
 mod log_manager;
+pub mod ops;
 mod producer_ids;
 mod replica;
 mod server;
@@ -52,6 +53,10 @@ pub struct Broker {
     advertised: (String, u16),
     /// KIP-227 incremental fetch sessions.
     fetch_sessions: apis::fetch_session::FetchSessions,
+    /// Lag health and retention-guard state between evaluations (`ops::groups`).
+    health: ops::groups::GroupHealth,
+    /// What `/readyz` checks that the managers do not know.
+    readiness: ops::http::Readiness,
 }
 
 impl Broker {
@@ -79,6 +84,11 @@ impl Broker {
     /// The host and port clients are told to connect to.
     pub fn advertised(&self) -> (&str, u16) {
         (&self.advertised.0, self.advertised.1)
+    }
+
+    /// The broker's always-on metrics (`ops::metrics`).
+    pub fn metrics(&self) -> &ops::metrics::BrokerMetrics {
+        self.replica_manager.metrics()
     }
 }
 
@@ -148,6 +158,8 @@ pub async fn run_with_listener(
 pub struct Started {
     broker: Arc<Broker>,
     listener: tokio::net::TcpListener,
+    /// The HTTP listener (`http.listen`), if on and bound.
+    http: Option<tokio::net::TcpListener>,
     stop_tx: tokio::sync::watch::Sender<bool>,
     stop_rx: tokio::sync::watch::Receiver<bool>,
 }
@@ -158,6 +170,8 @@ pub async fn start(
     listener: tokio::net::TcpListener,
 ) -> anyhow::Result<Started> {
     let cluster_id = open_data_dir(&config)?;
+    // Bound first: an explicit http.listen that cannot be bound stops start-up before anything else runs.
+    let http = ops::http::bind(&config.ops).await?;
     // Taken before anything is served: from here on, a crash is an unclean stop.
     let previous_broker_epoch = clean_shutdown::take(&config.data_dir)?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -237,15 +251,21 @@ pub async fn start(
         groups,
         advertised,
         fetch_sessions,
+        health: Default::default(),
+        readiness: Default::default(),
     });
     tracing::info!(
         listen = %local, advertised = %format!("{}:{}", broker.advertised.0, broker.advertised.1),
         data_dir = %broker.config.data_dir.display(), cluster_id = %broker.cluster_id,
         "annal broker started"
     );
+    if let Some(addr) = http.as_ref().and_then(ops::http::local_addr) {
+        tracing::info!(http = %addr, "HTTP listener: /metrics, /healthz, /readyz, /v1/groups, /v1/topics");
+    }
     Ok(Started {
         broker,
         listener,
+        http,
         stop_tx,
         stop_rx,
     })
@@ -254,6 +274,11 @@ pub async fn start(
 impl Started {
     pub fn broker(&self) -> &Arc<Broker> {
         &self.broker
+    }
+
+    /// Where the HTTP listener (`http.listen`) is bound; `None` when it is off or its default was taken.
+    pub fn http_addr(&self) -> Option<std::net::SocketAddr> {
+        self.http.as_ref().and_then(ops::http::local_addr)
     }
 
     /// Serves until `shutdown` resolves; see [`run`]. Drop every clone of [`Started::broker`] before shutdown
@@ -265,9 +290,24 @@ impl Started {
         let Started {
             broker,
             listener,
+            http,
             stop_tx,
             stop_rx,
         } = self;
+        let http = http.map(|l| {
+            let limits = ops::http::HttpLimits::default();
+            let app = ops::http::router(broker.clone(), &limits);
+            let b = broker.clone();
+            tokio::spawn(ops::http::serve(
+                l,
+                app,
+                limits,
+                stop_rx.clone(),
+                move || {
+                    b.metrics().http_connections_refused.inc();
+                },
+            ))
+        });
         let groups = broker.groups.clone();
         let retention = tokio::spawn(retention_loop(broker.clone(), stop_rx.clone()));
         let cleaner =
@@ -281,6 +321,9 @@ impl Started {
             let _ = stop_tx.send(true);
         });
         server::serve(listener, broker.clone(), stop_rx).await;
+        if let Some(h) = http {
+            let _ = h.await;
+        }
         retention.abort();
         let _ = retention.await;
         cleaner.shutdown().await;
@@ -322,11 +365,15 @@ impl Started {
 /// replica.high.watermark.checkpoint.interval.ms is 5 s).
 const HW_CHECKPOINT_TICKS: u64 = 5;
 
+/// Housekeeping ticks between evaluations of the retention guard's warnings.
+const HEALTH_TICKS: u64 = 10;
+
 async fn retention_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Receiver<bool>) {
     let retention_every = config_duration(broker.config.retention_check_interval_ms);
     let tick = retention_every.min(Duration::from_secs(1));
     let mut next_retention = tokio::time::Instant::now() + retention_every;
     let mut checkpoint_tick = 0u64;
+    let mut health_tick = 0u64;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(tick) => {}
@@ -339,6 +386,8 @@ async fn retention_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Recei
         let b = broker.clone();
         checkpoint_tick += 1;
         let checkpoint = checkpoint_tick.is_multiple_of(HW_CHECKPOINT_TICKS);
+        health_tick += 1;
+        let health = health_tick.is_multiple_of(HEALTH_TICKS);
         let _ = tokio::task::spawn_blocking(move || {
             flush_due(&b);
             if checkpoint {
@@ -346,6 +395,11 @@ async fn retention_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Recei
             }
             if run_retention {
                 apply_retention(&b);
+            }
+            if health || run_retention {
+                // The retention guard's warnings are logged whether or not anyone looks at /metrics.
+                let reports = ops::groups::reports(&b, None);
+                ops::groups::log_retention_warnings(&b, &reports);
             }
         })
         .await;
@@ -357,7 +411,8 @@ fn flush_due(broker: &Broker) {
 }
 
 fn apply_retention(broker: &Broker) {
-    broker.replica_manager.apply_retention(now_ms());
+    let moved = broker.replica_manager.apply_retention(now_ms());
+    ops::groups::account_retention(broker, &moved);
 }
 
 pub fn now_ms() -> i64 {

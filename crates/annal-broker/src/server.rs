@@ -32,6 +32,10 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, mut stop: watch::
     let budget = Arc::new(Semaphore::new(budget_bytes));
     let mut connections = JoinSet::new();
     let conn_stop = stop.clone();
+    broker
+        .readiness
+        .kafka_listener_serving
+        .store(true, std::sync::atomic::Ordering::Release);
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -39,9 +43,14 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, mut stop: watch::
                     let _ = stream.set_nodelay(true);
                     let (b, s, budget) = (broker.clone(), conn_stop.clone(), budget.clone());
                     connections.spawn(apis::groups::PEER.scope(peer, async move {
+                        let metrics = b.replica_manager().metrics().clone();
+                        metrics.connections_accepted.inc();
+                        metrics.connections.inc();
                         if let Err(Close(why)) = connection(stream, b, s, budget).await {
+                            metrics.connections_closed_on_error.inc();
                             tracing::debug!(%peer, reason = %why, "connection closed");
                         }
+                        metrics.connections.dec();
                     }));
                 }
                 Err(e) => {
@@ -55,6 +64,10 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, mut stop: watch::
         }
     }
     drop(listener);
+    broker
+        .readiness
+        .kafka_listener_serving
+        .store(false, std::sync::atomic::Ordering::Release);
     tracing::info!(
         connections = connections.len(),
         "stopped accepting; finishing in-flight requests"
@@ -111,9 +124,12 @@ async fn connection(
             }
             Ok(r) => r?,
         };
+        let metrics = broker.replica_manager().metrics();
+        metrics.network_received_bytes.inc_by(4 + size as u64);
         let response = handle_frame(&broker, Bytes::from(frame)).await?;
         drop(permit);
         if let Some(response) = response {
+            metrics.network_sent_bytes.inc_by(response.len() as u64);
             match tokio::time::timeout(idle, write_response(&mut stream, response)).await {
                 Err(_) => {
                     return Err(Close(
@@ -137,6 +153,22 @@ pub enum Response {
 pub enum Piece {
     Bytes(Bytes),
     File(annal_log::FileSlice),
+}
+
+impl Response {
+    /// Bytes on the wire, size prefix included.
+    pub fn len(&self) -> usize {
+        match self {
+            Response::Buf(b) => b.len(),
+            Response::Pieces(pieces) => pieces
+                .iter()
+                .map(|p| match p {
+                    Piece::Bytes(b) => b.len(),
+                    Piece::File(f) => f.len(),
+                })
+                .sum(),
+        }
+    }
 }
 
 impl From<BytesMut> for Response {
@@ -338,7 +370,13 @@ pub async fn handle_frame(broker: &Arc<Broker>, frame: Bytes) -> Result<Option<R
         )));
     }
     let (header, buf) = decode_header(api_key, p.api_version, frame)?;
-    apis::dispatch(broker, api_key, header, buf).await
+    let started = std::time::Instant::now();
+    let answered = apis::dispatch(broker, api_key, header, buf).await;
+    broker
+        .replica_manager()
+        .metrics()
+        .observe_request(api_key, started.elapsed());
+    answered
 }
 
 fn decode_header(

@@ -554,3 +554,72 @@ fn group_errors_say_what_to_do() {
     let err = broker.fails(&["group", "list", "--state", "Running"], "");
     assert!(err.contains("use one of"), "{err}");
 }
+
+/// `group health` and the STATUS column of `group describe` read the broker's lag health (Burrow's rules over
+/// the commit window) from its HTTP listener. Annal only: Kafka has neither.
+#[test]
+fn group_health_reports_burrow_status_and_fails_on_lagging_groups() {
+    let broker = Broker::start();
+    if broker.http.is_none() {
+        return; // an external broker without Annal's HTTP listener
+    }
+    let topic = unique_topic("health");
+    broker.ok(&["topic", "create", &topic], "");
+    broker.ok(&["produce", &topic], "a\nb\nc\nd\n");
+    let stuck = format!("{topic}-stuck");
+    let caught_up = format!("{topic}-caught-up");
+    for _ in 0..2 {
+        for (group, offset) in [(&stuck, "1"), (&caught_up, "4")] {
+            broker.ok(
+                &[
+                    "group",
+                    "reset-offsets",
+                    group,
+                    "--topic",
+                    &topic,
+                    "--to-offset",
+                    offset,
+                    "--execute",
+                ],
+                "",
+            );
+        }
+    }
+    // The same offset committed while lagging: STALL, or STOP once longer than the window spans has passed.
+    let out = broker.run(&["group", "health", &stuck, "--format", "json"], "");
+    assert!(
+        !out.status.success(),
+        "a lagging stuck group must fail the check"
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report[0]["status"], "ERR", "{report}");
+    assert_eq!(report[0]["lag"], 3, "{report}");
+    let status = report[0]["unhealthy_partitions"][0]["status"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(status == "STALL" || status == "STOP", "{report}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&stuck));
+
+    // No lag: OK, and the check passes for that group.
+    let text = broker.ok(&["group", "health", &caught_up], "");
+    assert!(text.contains(&caught_up) && text.contains("OK"), "{text}");
+
+    let d = json(&broker, &["group", "describe", &stuck]);
+    assert_eq!(d["status"], "ERR", "{d}");
+    let now = d["partitions"][0]["status"].as_str().unwrap_or_default();
+    assert!(now == "STALL" || now == "STOP", "{d}");
+    let text = broker.ok(&["group", "describe", &stuck], "");
+    assert!(
+        text.contains("STATUS") && text.contains("TIME-LAG"),
+        "{text}"
+    );
+
+    // Without a reachable HTTP listener the command says what to do.
+    let out = std::process::Command::new(ANNAL)
+        .args(["group", "health", "--http", "127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("http.listen"));
+}

@@ -164,11 +164,25 @@ pub fn decode_body(key: ApiKey, header: &RequestHeader, mut buf: Bytes) -> Resul
     }
 }
 
+/// Counts the error codes of a response in the metrics (`ops::metrics::ErrorCodes`; types without an impl
+/// count nothing). A macro, not a function: the impl is chosen where the response's concrete type is known.
+macro_rules! count_errors {
+    ($broker:expr, $key:expr, $resp:expr) => {{
+        #[allow(unused_imports)]
+        use crate::ops::metrics::{CountErrors as _, CountNoErrors as _, ErrorProbe};
+        let codes = (&ErrorProbe($resp)).codes();
+        if !codes.is_empty() {
+            $broker.metrics().count_errors($key, codes);
+        }
+    }};
+}
+
 /// Decodes the body, runs the handler, encodes the response.
 macro_rules! route {
     ($broker:expr, $key:expr, $header:expr, $buf:expr, $req:ty, $handler:path) => {{
         let req: $req = decode($key, &mut $buf, $header.request_api_version)?;
         let resp = $handler($broker, &$header, req).await;
+        count_errors!($broker, $key, &resp);
         Ok(Some(encode_response(&$header, &resp)?.into()))
     }};
 }
@@ -335,6 +349,7 @@ pub async fn dispatch(
         ApiKey::Fetch => {
             let req: FetchRequest = decode(key, &mut buf, header.request_api_version)?;
             let (resp, slices) = fetch::handle(broker, &header, req).await;
+            count_errors!(broker, key, &resp);
             fetch::encode(&header, resp, slices).await.map(Some)
         }
         ApiKey::FindCoordinator => route!(
@@ -457,7 +472,10 @@ pub async fn dispatch(
         ApiKey::Produce => {
             let req: ProduceRequest = decode(key, &mut buf, header.request_api_version)?;
             match produce::handle(broker, &header, req).await? {
-                Some(resp) => Ok(Some(encode_response(&header, &resp)?.into())),
+                Some(resp) => {
+                    count_errors!(broker, key, &resp);
+                    Ok(Some(encode_response(&header, &resp)?.into()))
+                }
                 None => Ok(None), // acks=0
             }
         }

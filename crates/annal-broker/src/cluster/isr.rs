@@ -154,8 +154,16 @@ async fn send(
                 pd.isr.iter().map(|b| b.0).collect::<Vec<i32>>(),
             ))
         });
-        if answered.is_none() {
-            not_confirmed.push((p.topic_id(), p.index()));
+        match &answered {
+            None => not_confirmed.push((p.topic_id(), p.index())),
+            Some((_, _, isr)) => {
+                let metrics = replica_manager.metrics();
+                match isr.len().cmp(&p.isr().len()) {
+                    std::cmp::Ordering::Less => metrics.isr_shrinks.inc(),
+                    std::cmp::Ordering::Greater => metrics.isr_expands.inc(),
+                    std::cmp::Ordering::Equal => 0,
+                };
+            }
         }
         p.isr_change_answered(answered);
     }

@@ -272,6 +272,10 @@ pub const BROKER_SETTINGS: &[Setting] = &[
     setting("replica.fetch.response.max.bytes", int(0), "10485760"),
     setting("replica.fetch.backoff.ms", int(0), "1000"),
     setting("unclean.leader.election.enable", Kind::Bool, "false"),
+    // Operations (Annal's own): the HTTP listener, lag health, the retention guard (`crate::ops`).
+    setting("http.listen", Kind::Text, crate::ops::DEFAULT_HTTP_LISTEN),
+    setting("lag.window.commits", Kind::Int { min: 1, max: 1000 }, "10"),
+    setting("lag.retention.warning.ms", long(0), "3600000"),
 ];
 
 /// A setting whose default is computed (from other settings or the node's roles), so the table has none.
@@ -386,8 +390,10 @@ pub struct BrokerConfig {
     pub producer_id_expiration_ms: i64,
     /// The log cleaner's settings (`log.cleaner.*`).
     pub cleaner: CleanerSettings,
-    /// The group coordinator's settings (`offsets.*`, `group.*`).
+    /// The group coordinator's settings (`offsets.*`, `group.*`, `lag.window.commits`).
     pub groups: crate::group::GroupConfig,
+    /// The HTTP listener, lag health and the retention guard (`http.listen`, `lag.*`).
+    pub ops: crate::ops::OpsConfig,
     /// Every honoured setting's effective value and source, for DescribeConfigs on the broker resource.
     pub described: BTreeMap<String, (String, Source)>,
 }
@@ -608,7 +614,13 @@ impl BrokerConfig {
                 offset_metadata_max_bytes: num("offset.metadata.max.bytes") as usize,
                 consumer_session_timeout_ms: num("group.consumer.session.timeout.ms") as i32,
                 consumer_heartbeat_interval_ms: num("group.consumer.heartbeat.interval.ms") as i32,
+                lag_window_commits: num("lag.window.commits").max(1) as usize,
                 ..crate::group::GroupConfig::default()
+            },
+            ops: crate::ops::OpsConfig {
+                http_listen: get("http.listen").filter(|v| !v.trim().is_empty()),
+                http_listen_explicit: explicit.contains_key("http.listen"),
+                lag_retention_warning_ms: num("lag.retention.warning.ms"),
             },
             described,
         })
@@ -708,6 +720,33 @@ mod tests {
         assert_eq!(c.retention_ms, 168 * 3_600_000);
         assert_eq!(c.socket_request_max_bytes, 104_857_600);
         assert!(c.auto_create_topics);
+        assert_eq!(c.ops.http_listen.as_deref(), Some("127.0.0.1:9644"));
+        assert!(!c.ops.http_listen_explicit);
+        assert_eq!(c.ops.lag_retention_warning_ms, 3_600_000);
+        assert_eq!(c.groups.lag_window_commits, 10);
+    }
+
+    #[test]
+    fn the_http_listener_can_be_moved_or_turned_off() {
+        let c =
+            BrokerConfig::load(None, &["http.listen=0.0.0.0:19644".into()], None, None).unwrap();
+        assert_eq!(c.ops.http_listen.as_deref(), Some("0.0.0.0:19644"));
+        assert!(c.ops.http_listen_explicit);
+        let c = BrokerConfig::load(None, &["http.listen=".into()], None, None).unwrap();
+        assert_eq!(c.ops.http_listen, None);
+        let c = BrokerConfig::load(
+            None,
+            &[
+                "lag.window.commits=3".into(),
+                "lag.retention.warning.ms=5000".into(),
+            ],
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.groups.lag_window_commits, 3);
+        assert_eq!(c.ops.lag_retention_warning_ms, 5000);
+        assert!(BrokerConfig::load(None, &["lag.window.commits=0".into()], None, None).is_err());
     }
 
     #[test]

@@ -15,6 +15,30 @@ use super::{code, records, NodeInfo};
 const KEY_TYPE_GROUP: i8 = 0;
 
 impl State {
+    /// Every live group, sorted by id: state, members and committed offsets.
+    pub fn overview(&self) -> Vec<super::GroupOverview> {
+        let mut out: Vec<super::GroupOverview> = self
+            .groups
+            .values()
+            .filter(|g| g.state != GroupState::Dead)
+            .map(|g| {
+                let (state, kind, members) = match &g.consumer {
+                    Some(c) => (c.state_name(), "consumer", c.members.len()),
+                    None => (g.state.name(), "classic", g.members.len()),
+                };
+                super::GroupOverview {
+                    group: g.id.clone(),
+                    state,
+                    kind,
+                    members,
+                    offsets: self.committed_offsets(&g.id),
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.group.cmp(&b.group));
+        out
+    }
+
     pub fn describe_groups(
         &self,
         req: DescribeGroupsRequest,

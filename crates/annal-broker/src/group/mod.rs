@@ -47,6 +47,7 @@ use tokio::sync::Notify;
 use classic::{CommitWait, State};
 pub use store::TOPIC as OFFSETS_TOPIC;
 
+use crate::ops::lag_health::{CommitSample, CommitWindows};
 use crate::replica::{Partition, ReplicaManager};
 
 /// Kafka error codes the coordinator answers with.
@@ -116,6 +117,8 @@ pub struct GroupConfig {
     pub consumer_session_timeout_ms: i32,
     /// `group.consumer.heartbeat.interval.ms` (5000): told to KIP-848 members.
     pub consumer_heartbeat_interval_ms: i32,
+    /// `lag.window.commits` (10): commits kept per group and partition for lag health (`ops::lag_health`).
+    pub lag_window_commits: usize,
 }
 
 impl Default for GroupConfig {
@@ -136,6 +139,7 @@ impl Default for GroupConfig {
             rewrite_min_records: 10_000,
             consumer_session_timeout_ms: 45_000,
             consumer_heartbeat_interval_ms: 5_000,
+            lag_window_commits: 10,
         }
     }
 }
@@ -180,6 +184,18 @@ pub struct CommittedOffset {
     pub leader_epoch: i32,
     pub metadata: String,
     pub commit_timestamp_ms: i64,
+}
+
+/// One group as the operations views (HTTP `/v1/groups`, metrics) show it.
+#[derive(Debug, Clone)]
+pub struct GroupOverview {
+    pub group: String,
+    /// Kafka's state name (classic: Empty, Stable, ...; consumer protocol: Empty, Assigning, ...).
+    pub state: &'static str,
+    /// "classic" or "consumer".
+    pub kind: &'static str,
+    pub members: usize,
+    pub offsets: Vec<CommittedOffset>,
 }
 
 /// A boxed future, for the object-safe [`OffsetsTopicCreator`].
@@ -241,6 +257,8 @@ pub(crate) struct Shared {
     creating: tokio::sync::Mutex<()>,
     /// Single node: mostly dead partitions are rewritten (never in a cluster, where replicas must not diverge).
     rewrite_enabled: bool,
+    /// The last commits of each group and partition, for lag health (its own lock, not the state's).
+    commit_windows: Arc<CommitWindows>,
 }
 
 /// The APIs and versions the coordinator implements (and its tests cover): what ApiVersions should advertise
@@ -316,6 +334,7 @@ impl GroupCoordinator {
             replicas,
             creating: tokio::sync::Mutex::new(()),
             rewrite_enabled: single_node,
+            commit_windows: Arc::new(CommitWindows::new(config.lag_window_commits)),
             config,
         });
         if single_node {
@@ -495,6 +514,16 @@ impl GroupCoordinator {
         if let Err(error) = self.ready(req.group_id.0.as_str()).await {
             return offsets::commit_error(&req, error);
         }
+        let group = req.group_id.0.to_string();
+        let offsets: Vec<(String, i32, i64)> = req
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| (t.name.0.to_string(), p.partition_index, p.committed_offset))
+            })
+            .collect();
         let (mut resp, syncs) = {
             let mut state = self.shared.state.lock();
             let resp = state.offset_commit(req, api_version, topics, Instant::now());
@@ -502,8 +531,56 @@ impl GroupCoordinator {
         };
         if !self.after_change(syncs).await {
             offsets::fail_commit(&mut resp, code::COORDINATOR_NOT_AVAILABLE);
+        } else {
+            self.record_commits(&group, offsets, &resp);
         }
         resp
+    }
+
+    /// Adds each accepted commit to its lag-health window, with the partition's lag at this moment.
+    fn record_commits(
+        &self,
+        group: &str,
+        offsets: Vec<(String, i32, i64)>,
+        resp: &OffsetCommitResponse,
+    ) {
+        let accepted = |topic: &str, partition: i32| {
+            resp.topics.iter().any(|t| {
+                t.name.0.as_str() == topic
+                    && t.partitions
+                        .iter()
+                        .any(|p| p.partition_index == partition && p.error_code == code::NONE)
+            })
+        };
+        let now = wall_ms_now();
+        let samples: Vec<(String, i32, CommitSample)> = offsets
+            .into_iter()
+            .filter(|(t, p, _)| accepted(t, *p))
+            .map(|(topic, partition, offset)| {
+                let hw = self
+                    .shared
+                    .replicas
+                    .partition(&topic, partition)
+                    .map_or(offset, |p| p.high_watermark());
+                let sample = CommitSample {
+                    offset,
+                    timestamp_ms: now,
+                    lag: (hw - offset).max(0),
+                };
+                (topic, partition, sample)
+            })
+            .collect();
+        self.shared.commit_windows.record(group, samples);
+    }
+
+    /// The lag-health windows of this coordinator's groups.
+    pub fn commit_windows(&self) -> &Arc<CommitWindows> {
+        &self.shared.commit_windows
+    }
+
+    /// Every group this broker coordinates: state, members and committed offsets (the operations views).
+    pub fn overview(&self) -> Vec<GroupOverview> {
+        self.shared.state.lock().overview()
     }
 
     pub async fn offset_fetch(

@@ -83,6 +83,15 @@ pub struct ReplicaManager {
     shutting_down: tokio::sync::watch::Receiver<bool>,
     /// Times a waiting fetch was woken by one of its partitions (metrics; tests check who wakes whom).
     delayed_fetch_wakeups: AtomicU64,
+    /// The broker's always-on metrics (`crate::ops::metrics`), here so every layer that counts can reach them.
+    metrics: Arc<crate::ops::metrics::BrokerMetrics>,
+}
+
+/// A partition whose log start offset retention moved: what the retention guard needs to count lost records.
+pub struct RetentionMove {
+    pub partition: Arc<Partition>,
+    pub log_start_before: i64,
+    pub log_start_after: i64,
 }
 
 /// The settings a partition applies itself, from its topic's overrides and the broker's defaults.
@@ -134,6 +143,7 @@ impl ReplicaManager {
             admin: Mutex::new(()),
             shutting_down,
             delayed_fetch_wakeups: AtomicU64::new(0),
+            metrics: Arc::new(crate::ops::metrics::BrokerMetrics::new()),
         };
         for logs in opened {
             manager.install(logs);
@@ -189,6 +199,11 @@ impl ReplicaManager {
     /// leadership change or a delete on that partition), since the broker started.
     pub fn delayed_fetch_wakeups(&self) -> u64 {
         self.delayed_fetch_wakeups.load(Ordering::Relaxed)
+    }
+
+    /// The broker's always-on metrics.
+    pub fn metrics(&self) -> &Arc<crate::ops::metrics::BrokerMetrics> {
+        &self.metrics
     }
 
     pub fn local_broker_id(&self) -> i32 {
@@ -350,6 +365,12 @@ impl ReplicaManager {
                     let (part, records) = w?;
                     let mut batches = records.to_vec();
                     let appended = part.append_records_to_leader(&mut batches, required_acks, now);
+                    if let Ok(a) = &appended {
+                        if !a.info.duplicate {
+                            part.stats
+                                .produced(a.info.records_count, batches.len() as u64);
+                        }
+                    }
                     if let Err(e) = &appended {
                         if e.is_storage() {
                             tracing::error!(partition = %part.name(), error = %e, "append failed");
@@ -540,6 +561,11 @@ impl ReplicaManager {
             }
         };
         drop(watching);
+        for (p, r) in plan.iter().zip(&read) {
+            if let (None, Ok(Some(slice))) = (&p.replica, &r.records) {
+                p.part.stats.fetched(slice.len() as u64);
+            }
+        }
         let mut read = read.into_iter();
         early
             .into_iter()
@@ -564,17 +590,29 @@ impl ReplicaManager {
         }
     }
 
-    /// Housekeeping: applies retention to every partition. Blocking.
-    pub fn apply_retention(&self, now_ms: i64) {
+    /// Housekeeping: applies retention to every partition; returns those whose log start moved. Blocking.
+    pub fn apply_retention(&self, now_ms: i64) -> Vec<RetentionMove> {
+        let mut moved = Vec::new();
         for p in self.all_partitions() {
+            let log_start_before = p.log_start_offset();
             match p.apply_retention(now_ms) {
                 Ok(0) => {}
                 Ok(n) => {
-                    tracing::info!(partition = %p.name(), segments = n, "retention deleted segments")
+                    tracing::info!(partition = %p.name(), segments = n, "retention deleted segments");
+                    self.metrics.retention_deleted_segments.inc_by(u64::from(n));
+                    let log_start_after = p.log_start_offset();
+                    if log_start_after > log_start_before {
+                        moved.push(RetentionMove {
+                            partition: p,
+                            log_start_before,
+                            log_start_after,
+                        });
+                    }
                 }
                 Err(e) => tracing::warn!(partition = %p.name(), error = %e, "retention failed"),
             }
         }
+        moved
     }
 
     /// Closes every log cleanly (marks clean shutdown); partitions still referenced elsewhere are flushed only.

@@ -14,7 +14,9 @@ mod partition;
 
 pub use error::PartitionError;
 pub use fetcher::ReplicaFetchers;
-pub use manager::{AppendEntry, FetchParams, FetchPartition, FetchPartitionResult, ReplicaManager};
+pub use manager::{
+    AppendEntry, FetchParams, FetchPartition, FetchPartitionResult, ReplicaManager, RetentionMove,
+};
 pub use partition::{
     durable_sync_count, high_watermark, FollowerProgress, IsrChange, LeaderAppend, OffsetAndEpoch,
     OffsetSpec, Partition, PartitionConfig, PartitionRead, ReplicaFetch,

@@ -178,6 +178,8 @@ pub struct Partition {
     watchers: FetchWatchers,
     /// Long-polling follower fetches, waiting for the log end to move.
     replica_watchers: FetchWatchers,
+    /// Produce and fetch counters for the metrics (atomics only; `crate::ops`).
+    pub(crate) stats: crate::ops::PartitionStats,
 }
 
 impl Partition {
@@ -215,6 +217,7 @@ impl Partition {
             high_watermark: AtomicI64::new(0),
             watchers: FetchWatchers::default(),
             replica_watchers: FetchWatchers::default(),
+            stats: Default::default(),
         }
     }
 
@@ -553,6 +556,37 @@ impl Partition {
 
     pub fn size_bytes(&self) -> u64 {
         self.log.lock().size_bytes()
+    }
+
+    /// The log's segments, oldest first, and its retention settings (`retention.ms`, `retention.bytes`): what
+    /// the metrics and the retention guard read. Blocking (brief lock).
+    pub fn segments_and_retention(&self) -> (Vec<annal_log::SegmentInfo>, i64, i64) {
+        let log = self.log.lock();
+        let config = log.config();
+        (log.segments(), config.retention_ms, config.retention_bytes)
+    }
+
+    /// The timestamp of the record at `offset` (below the high watermark), read from the one batch that holds
+    /// it: the first unconsumed record of a consumer whose next offset is `offset`. `None` if there is none or
+    /// the batch cannot be read. Blocking (one bounded read, decompressed within the log's limit).
+    pub fn record_timestamp(&self, offset: i64) -> Option<i64> {
+        let hw = self.high_watermark();
+        let (slice, limit) = {
+            let log = self.log.lock();
+            let read = log.read(offset, 1, Some(hw)).ok()?;
+            (read.slice?, log.config().decompressed_batch_limit())
+        };
+        let bytes = slice.read_to_vec().ok()?;
+        let header = annal_log::batch::BatchHeader::parse(&bytes)?;
+        let batch =
+            annal_log::records::DecodedBatch::new(bytes.get(..header.size())?, limit).ok()?;
+        // The record at `offset`, or the first after it (compaction leaves gaps inside batches).
+        let found = batch
+            .records()
+            .filter_map(Result::ok)
+            .find(|r| r.offset >= offset)
+            .map(|r| r.timestamp);
+        found
     }
 
     /// Reads whole batches from `offset`, at most `max_bytes` (the first batch whole even if larger) and nothing

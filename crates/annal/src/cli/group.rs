@@ -9,6 +9,7 @@ use chrono::{DateTime, NaiveDate, NaiveDateTime};
 use clap::{ArgGroup, Args, Subcommand};
 use serde_json::{json, Value};
 
+use super::health::{self, human_ms, GroupHealth, HttpArgs};
 use super::lag::{assess_for_topic, retention_deletes, total_lag, PartitionLag, Retention};
 use super::output::{print_table, ReportFormat};
 use super::{connect, BrokerArgs};
@@ -22,10 +23,13 @@ use annal_client::{Client, EARLIEST, LATEST};
   annal group describe billing
   annal group reset-offsets billing --topic orders --to-earliest             # dry run: prints the plan
   annal group reset-offsets billing --topic orders --to-earliest --execute
-  annal group delete billing old-billing")]
+  annal group delete billing old-billing
+  annal group health                          # exit 1 if a group is WARN or ERR, or close to losing records")]
 pub struct GroupArgs {
     #[command(flatten)]
     pub broker: BrokerArgs,
+    #[command(flatten)]
+    pub http: HttpArgs,
     #[command(subcommand)]
     pub command: GroupCommand,
 }
@@ -74,7 +78,11 @@ pub enum GroupCommand {
 RETENTION column: ok; AT-RISK when the committed offset is within 10% of the retained range from the log
 start (the next retention deletion may remove records the group has not read; never for topics whose retention
 does not delete: cleanup.policy=compact, or retention.ms and retention.bytes both -1); LOST when it is below the
-log start (records were deleted unread); AHEAD when it is beyond the log end; - when nothing is committed.")]
+log start (records were deleted unread); AHEAD when it is beyond the log end; - when nothing is committed.
+
+STATUS and TIME-LAG come from the broker's HTTP listener (--http, the broker's http.listen): lag health by
+Burrow's rules (OK, WARN, STALL, STOP, REWIND; see `annal group health --help`) and the age of the first
+unconsumed record. They show - when the listener cannot be reached (e.g. against Apache Kafka).")]
     Describe {
         /// Group id.
         group: String,
@@ -96,6 +104,30 @@ log start (records were deleted unread); AHEAD when it is beyond the log end; - 
 --to-datetime takes RFC 3339 (2026-11-30T08:00:00Z, 2026-11-30T10:00:00+02:00), a time without zone (read
 as UTC) or a date (midnight UTC); partitions with no record at or after it go to the log end.")]
     ResetOffsets(ResetArgs),
+    /// Lag health of consumer groups: exit 0 if every group is OK, 1 otherwise.
+    ///
+    /// The broker evaluates each partition by Burrow's rules over its last `lag.window.commits` commits (OK, WARN,
+    /// STALL, STOP, REWIND; a group is WARN or ERR from its partitions) and warns when retention would delete a
+    /// record the group has not consumed within `lag.retention.warning.ms`. Read from the brokers' HTTP listener
+    /// (--http, the broker's http.listen).
+    #[command(after_help = "Examples:
+  annal group health
+  annal group health billing
+  annal group health --watch 5                # print every 5 s until interrupted
+  annal group health --http 10.0.0.1:9644,10.0.0.2:9644,10.0.0.3:9644 --format json
+
+Unhealthy means: status WARN (offsets advance, lag never decreases) or ERR (a partition STALL: the same offset
+committed while lagging; STOP: no commit for longer than the window spans while lagging; REWIND: an offset went
+back), or a retention warning. See https://github.com/linkedin/Burrow/wiki/Consumer-Lag-Evaluation-Rules")]
+    Health {
+        /// Only this group.
+        group: Option<String>,
+        /// Check again every SECONDS, printing each time, until interrupted.
+        #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "5")]
+        watch: Option<u64>,
+        #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+        format: ReportFormat,
+    },
     /// Delete groups and their committed offsets.
     ///
     /// Only groups without active members can be deleted.
@@ -148,6 +180,15 @@ pub struct ResetArgs {
 }
 
 pub async fn run(args: GroupArgs) -> Result<()> {
+    if let GroupCommand::Health {
+        group,
+        watch,
+        format,
+    } = &args.command
+    {
+        // The Kafka protocol has no lag health: only the HTTP listener is needed.
+        return health::health(&args.http, group.as_deref(), *watch, *format).await;
+    }
     let mut client = connect(&args.broker.brokers).await?;
     let mut out = String::new();
     let result = match args.command {
@@ -157,8 +198,9 @@ pub async fn run(args: GroupArgs) -> Result<()> {
             format,
         } => list(&mut client, &states, &types, format, &mut out).await,
         GroupCommand::Describe { group, format } => {
-            describe(&mut client, &group, format, &mut out).await
+            describe(&mut client, &args.http, &group, format, &mut out).await
         }
+        GroupCommand::Health { .. } => unreachable!("answered above"),
         GroupCommand::ResetOffsets(reset) => reset_offsets(&mut client, &reset, &mut out).await,
         GroupCommand::Delete { groups } => delete(&mut client, &groups, &mut out).await,
     };
@@ -244,6 +286,7 @@ struct PartitionRow {
 
 async fn describe(
     client: &mut Client,
+    http: &HttpArgs,
     group: &str,
     format: ReportFormat,
     out: &mut String,
@@ -255,11 +298,15 @@ async fn describe(
     }
     let rows = partition_rows(client, &desc, &offsets).await?;
     let warnings = retention_warnings(group, &rows);
+    // Lag health comes from the broker's HTTP listener; against a broker without one the columns show "-".
+    let health = health::fetch_one(&http.http, group).await;
     match format {
         ReportFormat::Json => {
-            writeln!(out, "{}", describe_json(&desc, &rows, &warnings))?;
+            let mut v = describe_json(&desc, &rows, &warnings);
+            add_health_json(&mut v, health.as_ref());
+            writeln!(out, "{v}")?;
         }
-        ReportFormat::Text => describe_text(&desc, &rows, out)?,
+        ReportFormat::Text => describe_text(&desc, &rows, health.as_ref(), out)?,
     }
     for w in &warnings {
         eprintln!("warning: {w}");
@@ -439,9 +486,50 @@ fn or_dash(v: Option<i64>) -> String {
     v.map_or("-".into(), |v| v.to_string())
 }
 
-fn describe_text(desc: &GroupDescription, rows: &[PartitionRow], out: &mut String) -> Result<()> {
+/// Adds the broker's lag health (status, time lag, retention time-to-loss) to `describe --format json`.
+fn add_health_json(v: &mut Value, health: Option<&GroupHealth>) {
+    let Some(h) = health else {
+        return;
+    };
+    v["status"] = json!(h.status);
+    v["time_lag_ms_max"] = json!(h.time_lag_ms_max);
+    v["records_lost_to_retention"] = json!(h.records_lost_to_retention);
+    if let Some(parts) = v["partitions"].as_array_mut() {
+        for p in parts {
+            let (Some(topic), Some(partition)) = (p["topic"].as_str(), p["partition"].as_i64())
+            else {
+                continue;
+            };
+            if let Some(ph) = h
+                .partitions
+                .iter()
+                .find(|x| x.topic == topic && i64::from(x.partition) == partition)
+            {
+                p["status"] = json!(ph.status);
+                p["time_lag_ms"] = json!(ph.time_lag_ms);
+                p["retention_time_to_loss_ms"] = json!(ph.retention_time_to_loss_ms);
+            }
+        }
+    }
+}
+
+fn describe_text(
+    desc: &GroupDescription,
+    rows: &[PartitionRow],
+    health: Option<&GroupHealth>,
+    out: &mut String,
+) -> Result<()> {
     writeln!(out, "Group:        {}", desc.group_id)?;
     writeln!(out, "State:        {}", desc.state)?;
+    if let Some(h) = health {
+        writeln!(
+            out,
+            "Health:       {} (Burrow's rules; time lag {}, {} records lost to retention)",
+            h.status,
+            human_ms(h.time_lag_ms_max),
+            h.records_lost_to_retention
+        )?;
+    }
     let protocol = match (desc.protocol_type.as_str(), desc.protocol.as_str()) {
         ("", "") => "-".to_string(),
         (t, "") => t.to_string(),
@@ -490,9 +578,17 @@ fn describe_text(desc: &GroupDescription, rows: &[PartitionRow], out: &mut Strin
         writeln!(out, "No committed offsets and no assigned partitions.")?;
         return Ok(());
     }
-    let table: Vec<[String; 8]> = rows
+    let partition_health = |topic: &str, p: i32| {
+        health.and_then(|h| {
+            h.partitions
+                .iter()
+                .find(|x| x.topic == topic && x.partition == p)
+        })
+    };
+    let table: Vec<[String; 10]> = rows
         .iter()
         .map(|r| {
+            let ph = partition_health(&r.topic, r.partition);
             let (start, end, lag, retention) = match &r.lag {
                 Some(l) => (
                     l.log_start.to_string(),
@@ -513,6 +609,8 @@ fn describe_text(desc: &GroupDescription, rows: &[PartitionRow], out: &mut Strin
                 end,
                 lag,
                 retention,
+                ph.map_or("-".into(), |p| p.status.clone()),
+                ph.map_or("-".into(), |p| human_ms(p.time_lag_ms)),
                 r.owner.as_ref().map_or("-".into(), |(id, client, host)| {
                     format!("{id} {client} {host}")
                 }),
@@ -529,6 +627,8 @@ fn describe_text(desc: &GroupDescription, rows: &[PartitionRow], out: &mut Strin
             "LOG-END-OFFSET",
             "LAG",
             "RETENTION",
+            "STATUS",
+            "TIME-LAG",
             "CONSUMER-ID CLIENT-ID HOST",
         ],
         &table,

@@ -4,6 +4,7 @@
 pub mod cluster;
 pub mod consume;
 pub mod group;
+pub mod health;
 pub mod lag;
 pub mod output;
 pub mod produce;

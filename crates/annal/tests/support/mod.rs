@@ -15,6 +15,8 @@ pub const ANNAL: &str = env!("CARGO_BIN_EXE_annal");
 /// A broker for one test: our own `annal serve`, or the external one named by ANNAL_TEST_BOOTSTRAP.
 pub struct Broker {
     pub addr: String,
+    /// The broker's HTTP listener (`http.listen`), passed to the CLI as ANNAL_HTTP; `None` for an external one.
+    pub http: Option<String>,
     child: Option<Child>,
     /// The data directory and the directory holding the broker's log, removed on drop.
     _dirs: Option<(tempfile::TempDir, tempfile::TempDir)>,
@@ -25,6 +27,7 @@ impl Broker {
         if let Ok(addr) = std::env::var("ANNAL_TEST_BOOTSTRAP") {
             return Broker {
                 addr,
+                http: std::env::var("ANNAL_TEST_HTTP").ok(),
                 child: None,
                 _dirs: None,
             };
@@ -32,6 +35,8 @@ impl Broker {
         let data = tempfile::tempdir().expect("temp dir");
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
+        // Each test broker has its own HTTP listener: the default port would be shared by every test at once.
+        let http = format!("127.0.0.1:{}", free_port());
         // The broker's log goes to a file: a pipe nobody reads would block it once full.
         let logs = tempfile::tempdir().expect("temp dir");
         let log_path = logs.path().join("broker.log");
@@ -40,6 +45,7 @@ impl Broker {
             .args(["serve", "--data-dir"])
             .arg(data.path())
             .args(["--listen", &addr])
+            .args(["--override", &format!("http.listen={http}")])
             .stdout(log.try_clone().expect("clone log handle"))
             .stderr(log)
             .spawn()
@@ -61,6 +67,7 @@ impl Broker {
         }
         Broker {
             addr,
+            http: Some(http),
             child: Some(child),
             _dirs: Some((data, logs)),
         }
@@ -71,6 +78,7 @@ impl Broker {
         let mut child = Command::new(ANNAL)
             .args(args)
             .args(["-b", &self.addr])
+            .env("ANNAL_HTTP", self.http.as_deref().unwrap_or("127.0.0.1:1"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
