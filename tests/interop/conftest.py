@@ -16,6 +16,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "cluster: starts its own 3-node cluster (issue 9); run only with "
                                        "INTEROP_CLUSTER=1")
     config.addinivalue_line("markers", "annal_only: a check Kafka does not make (skipped with INTEROP_BROKER=kafka)")
+    config.addinivalue_line("markers", "transactions: transactional producers, read_committed, the transaction "
+                                       "coordinator (issue 12)")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -22,6 +22,7 @@ mod producer_ids;
 mod replica;
 mod server;
 mod topic_config;
+pub mod txn;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,6 +48,8 @@ pub struct Broker {
     cluster: Arc<cluster::ClusterRuntime>,
     /// Consumer groups and committed offsets (the `__consumer_offsets` partitions this broker leads).
     groups: Arc<group::GroupCoordinator>,
+    /// Transactions (the `__transaction_state` partitions this broker leads).
+    txn: Arc<txn::TxnCoordinator>,
     /// The host and port clients are told to connect to.
     advertised: (String, u16),
     /// KIP-227 incremental fetch sessions.
@@ -73,6 +76,10 @@ impl Broker {
 
     pub fn groups(&self) -> &Arc<group::GroupCoordinator> {
         &self.groups
+    }
+
+    pub fn txn(&self) -> &Arc<txn::TxnCoordinator> {
+        &self.txn
     }
 
     /// The host and port clients are told to connect to.
@@ -206,16 +213,34 @@ pub async fn start(
         .attach(&config, &cluster_id, replica_manager.clone(), listeners)
         .await?;
     let cluster = Arc::new(cluster);
+    let txn_routes = Arc::new(cluster::ClusterTxnRoutes::new(
+        cluster.clone(),
+        config.node_id,
+        config.cluster.listeners.inter_broker_name.clone(),
+    ));
+    let txn = txn::TxnCoordinator::start(
+        replica_manager.clone(),
+        Arc::new(cluster::ControllerOffsetsTopic::new(
+            &cluster,
+            replica_manager.clone(),
+        )),
+        txn_routes.clone(),
+        txn_routes,
+        config.transactions.clone(),
+    )?;
     {
         // The coordinator follows leadership: each applied image may make this broker leader (or not) of
         // `__consumer_offsets` partitions.
         let mut applied = cluster.watch_applied();
         let groups = groups.clone();
+        let txn = txn.clone();
         tokio::spawn(async move {
             // The images applied before this subscription (start-up waited for the first) count too.
             groups.reconcile();
+            txn.reconcile();
             while applied.changed().await.is_ok() {
                 groups.reconcile();
+                txn.reconcile();
             }
         });
     }
@@ -226,6 +251,7 @@ pub async fn start(
         replica_manager,
         cluster,
         groups,
+        txn,
         advertised,
         fetch_sessions,
     });
@@ -279,6 +305,7 @@ impl Started {
         broker.cluster.shutdown().await;
         tracing::info!("flushing and closing partitions");
         groups.shutdown().await;
+        broker.txn.shutdown().await;
         let broker = Arc::try_unwrap(broker).map_err(|_| ()).ok();
         match broker {
             Some(b) => tokio::task::spawn_blocking(move || b.replica_manager.close_all()).await?,

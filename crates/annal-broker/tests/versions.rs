@@ -330,6 +330,7 @@ async fn every_advertised_version_answers() {
     }
 
     common::group_versions::exercise_group_apis(&mut c, T, &mut tested).await;
+    common::txn::exercise_txn_apis(&mut c, T, &mut tested).await;
 
     // The APIs the active controller answers (ElectLeaders, reassignments, DescribeQuorum: the broker forwards
     // them) are proven by the cluster interop tests (test_elections.py, test_cluster.py, the Kafka tools), which

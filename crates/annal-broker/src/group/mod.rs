@@ -31,7 +31,8 @@ mod classic;
 mod consumer;
 mod offsets;
 pub mod records;
-mod store;
+pub(crate) mod store;
+mod txn_offsets;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -188,6 +189,8 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// What `__consumer_offsets` is created with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OffsetsTopicSpec {
+    /// The internal topic: `__consumer_offsets`, or `__transaction_state` for the transaction coordinator.
+    pub name: &'static str,
     pub partitions: i32,
     /// `offsets.topic.replication.factor`; the creator caps it at the live brokers.
     pub replication_factor: i16,
@@ -207,7 +210,7 @@ impl OffsetsTopicCreator for LocalOffsetsTopic {
     fn create(&self, spec: OffsetsTopicSpec) -> BoxFuture<'_, anyhow::Result<()>> {
         let rm = self.0.clone();
         Box::pin(async move {
-            crate::blocking(move || rm.create_topic(OFFSETS_TOPIC, spec.partitions, spec.configs))
+            crate::blocking(move || rm.create_topic(spec.name, spec.partitions, spec.configs))
                 .await
                 .map(|_| ())
         })
@@ -687,6 +690,41 @@ impl GroupCoordinator {
         resp
     }
 
+    /// TxnOffsetCommit: the offsets are written as the producer's transactional batch and become the group's
+    /// only when the transaction commits ([`GroupCoordinator::complete_transaction`]).
+    pub async fn txn_offset_commit(
+        &self,
+        req: TxnOffsetCommitRequest,
+        _api_version: i16,
+        topics: &dyn TopicCatalog,
+    ) -> TxnOffsetCommitResponse {
+        if let Err(error) = self.ready(req.group_id.0.as_str()).await {
+            return txn_commit_error(&req, error);
+        }
+        let (resp, syncs) = {
+            let mut state = self.shared.state.lock();
+            let resp = state.txn_offset_commit(req.clone(), topics, Instant::now());
+            (resp, state.take_waits())
+        };
+        if !self.after_change(syncs).await {
+            return txn_commit_error(&req, code::COORDINATOR_NOT_AVAILABLE);
+        }
+        resp
+    }
+
+    /// A transaction marker of `producer_id` was written to partition `partition` of `__consumer_offsets`
+    /// (the WriteTxnMarkers handler calls this): the producer's pending transactional offsets there become the
+    /// groups' committed offsets (`commit`) or are dropped. Returns the number of offsets made visible.
+    pub fn complete_transaction(&self, partition: i32, producer_id: i64, commit: bool) -> usize {
+        let Ok(partition) = u32::try_from(partition) else {
+            return 0;
+        };
+        self.shared
+            .state
+            .lock()
+            .complete_transaction(partition, producer_id, commit)
+    }
+
     /// Committed offsets of `group` (empty if it has none), sorted by topic and partition.
     pub fn committed_offsets(&self, group: &str) -> Vec<CommittedOffset> {
         self.shared.state.lock().committed_offsets(group)
@@ -791,6 +829,7 @@ fn offsets_topic_spec(config: &GroupConfig) -> OffsetsTopicSpec {
         configs.insert("flush.messages".to_string(), "1".to_string());
     }
     OffsetsTopicSpec {
+        name: OFFSETS_TOPIC,
         partitions: i32::try_from(config.offsets_topic_num_partitions).unwrap_or(i32::MAX),
         replication_factor: config.offsets_topic_replication_factor,
         configs,
@@ -926,6 +965,32 @@ async fn timer_task(shared: Weak<Shared>) {
             _ = notified => {}
         }
     }
+}
+
+/// `error` for every partition of a TxnOffsetCommit.
+fn txn_commit_error(req: &TxnOffsetCommitRequest, error: i16) -> TxnOffsetCommitResponse {
+    use txn_offset_commit_response::{
+        TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+    };
+    TxnOffsetCommitResponse::default().with_topics(
+        req.topics
+            .iter()
+            .map(|t| {
+                TxnOffsetCommitResponseTopic::default()
+                    .with_name(t.name.clone())
+                    .with_partitions(
+                        t.partitions
+                            .iter()
+                            .map(|p| {
+                                TxnOffsetCommitResponsePartition::default()
+                                    .with_partition_index(p.partition_index)
+                                    .with_error_code(error)
+                            })
+                            .collect(),
+                    )
+            })
+            .collect(),
+    )
 }
 
 /// Milliseconds since the Unix epoch (commit timestamps, retention).
