@@ -699,6 +699,14 @@ impl State {
         Ok(())
     }
 
+    /// Whether some owned partition is still being replayed.
+    pub fn is_loading(&self) -> bool {
+        self.writer
+            .owned
+            .values()
+            .any(|o| matches!(o, Owned::Loading { .. }))
+    }
+
     pub fn take_waits(&mut self) -> Vec<CommitWait> {
         std::mem::take(&mut self.writer.waits)
     }

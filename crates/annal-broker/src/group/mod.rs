@@ -363,6 +363,12 @@ impl GroupCoordinator {
         for handle in reconcile(shared) {
             let _ = handle.await;
         }
+        // The timer's reconcile may have started some of the loads (then there is no handle to await here):
+        // wait for those too, so the request that created the topic is served rather than told to retry.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while shared.state.lock().is_loading() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         Ok(())
     }
 

@@ -243,7 +243,11 @@ impl TxnCoordinator {
     /// the topic cannot be created yet (clients retry).
     pub async fn ensure_topic(&self) -> Result<(), i16> {
         let shared = &self.shared;
-        if shared.replicas.topic(TXN_TOPIC).is_none() {
+        if shared.replicas.topic(TXN_TOPIC).is_some() {
+            drop(log::reconcile(shared));
+            return Ok(());
+        }
+        {
             let _one = shared.creating.lock().await;
             if shared.replicas.topic(TXN_TOPIC).is_none() {
                 if let Err(e) = shared.creator.create(topic_spec(&shared.config)).await {
@@ -255,6 +259,19 @@ impl TxnCoordinator {
         }
         for handle in log::reconcile(shared) {
             let _ = handle.await;
+        }
+        // Loads the timer's reconcile started have no handle here: wait for them too (bounded), so the request
+        // that created the topic is served rather than told to retry.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        while tokio::time::Instant::now() < deadline
+            && shared
+                .state
+                .lock()
+                .owned
+                .values()
+                .any(|o| matches!(o, Owned::Loading { .. }))
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         Ok(())
     }
