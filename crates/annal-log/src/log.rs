@@ -79,6 +79,9 @@ pub struct AppendInfo {
 pub struct LogRead {
     /// Whole batches; `None` when nothing is available at the offset (yet).
     pub slice: Option<FileSlice>,
+    /// The offset the slice ends at (the next batch's base offset), when there is a slice: the upper bound of
+    /// the aborted transactions a read_committed fetch of it reports.
+    pub slice_end_offset: Option<i64>,
     pub log_start_offset: i64,
     pub log_end_offset: i64,
 }
@@ -729,6 +732,7 @@ impl Log {
         }
         let upper = upper_bound.unwrap_or(log_end).min(log_end);
         let mut slice = None;
+        let mut slice_end_offset = None;
         if offset < upper {
             let first = self
                 .segments
@@ -736,14 +740,16 @@ impl Log {
                 .next_back()
                 .map_or(i64::MIN, |(b, _)| *b);
             for seg in self.segments.range(first..).map(|(_, s)| s) {
-                if let Some(found) = seg.read(offset, max_bytes, upper)? {
+                if let Some((found, ends_at)) = seg.read(offset, max_bytes, upper)? {
                     slice = Some(found);
+                    slice_end_offset = Some(ends_at);
                     break;
                 }
             }
         }
         Ok(LogRead {
             slice,
+            slice_end_offset,
             log_start_offset: self.log_start_offset,
             log_end_offset: log_end,
         })

@@ -517,13 +517,14 @@ impl Segment {
     }
 
     /// Whole batches from the one containing `offset`, up to `max_bytes` (at least one batch) and stopping before
-    /// any batch whose base offset is at or past `upper_bound`.
+    /// any batch whose base offset is at or past `upper_bound`. With the slice comes the offset it ends at: the
+    /// base offset of the batch after it, or the segment's next offset (Kafka's `fetchUpperBoundOffset`).
     pub fn read(
         &self,
         offset: i64,
         max_bytes: usize,
         upper_bound: i64,
-    ) -> crate::Result<Option<FileSlice>> {
+    ) -> crate::Result<Option<(FileSlice, i64)>> {
         let Some((start, first)) = self.find_batch(offset)? else {
             return Ok(None);
         };
@@ -540,6 +541,7 @@ impl Segment {
             end = position;
             known = Some(header);
         }
+        let mut ends_at = self.next_offset;
         while end < self.size {
             let header = match known.take() {
                 Some(header) => header,
@@ -548,15 +550,17 @@ impl Segment {
             if header.base_offset >= upper_bound
                 || (end - start) as usize + header.size() > max_bytes
             {
+                ends_at = header.base_offset;
                 break;
             }
             end += header.size() as u64;
         }
-        Ok(Some(FileSlice {
+        let slice = FileSlice {
             file: Arc::clone(&self.file),
             position: start,
             len: (end - start) as usize,
-        }))
+        };
+        Ok(Some((slice, ends_at)))
     }
 
     /// The farthest batch start in `[from, limit]` that the offset index knows of and before which every batch

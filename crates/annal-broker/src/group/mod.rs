@@ -406,6 +406,29 @@ impl GroupCoordinator {
         API_VERSIONS.iter().any(|(k, _, _)| *k == api_key)
     }
 
+    /// WriteTxnMarkers wrote a COMMIT (`commit`) or ABORT marker for `producer_id` at `producer_epoch` into
+    /// `__consumer_offsets` partition `partition` (Kafka's `GroupCoordinator.completeTransaction`): the
+    /// producer's pending transactional offset commits there become visible to their groups, or are dropped.
+    ///
+    /// TxnOffsetCommit (and so pending transactional offsets) lands with the transaction coordinator (branch
+    /// `txn-coord`); until then no group holds any, so there is nothing to materialize or drop here and the
+    /// marker alone is the whole outcome. The replay of `__consumer_offsets` already skips control batches.
+    pub fn complete_transaction(
+        &self,
+        partition: i32,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    ) {
+        tracing::debug!(
+            partition,
+            producer_id,
+            producer_epoch,
+            commit,
+            "transaction marker written to {OFFSETS_TOPIC}; no pending transactional offsets to complete"
+        );
+    }
+
     pub fn config(&self) -> &GroupConfig {
         &self.shared.config
     }
