@@ -68,7 +68,7 @@ async fn transactional_offsets_are_visible_only_after_commit() {
         "pending offsets are not the group's yet"
     );
     let partition = c.partition_for("g") as i32;
-    assert_eq!(c.complete_transaction(partition, 7000, true), 2);
+    assert_eq!(c.complete_transaction(partition, 7000, 0, true), 2);
     assert_eq!(
         offsets(&c, "g"),
         vec![("t".into(), 0, 5), ("t".into(), 1, 6)]
@@ -79,11 +79,11 @@ async fn transactional_offsets_are_visible_only_after_commit() {
         send(&c, txn_commit("g", 7000, 0, &[("t", 0, 50)])).await,
         vec![NONE]
     );
-    assert_eq!(c.complete_transaction(partition, 7000, false), 0);
+    assert_eq!(c.complete_transaction(partition, 7000, 0, false), 0);
     assert_eq!(offsets(&c, "g")[0], ("t".into(), 0, 5));
     // A marker for a producer with nothing pending, or another partition, changes nothing.
-    assert_eq!(c.complete_transaction(partition, 7001, true), 0);
-    assert_eq!(c.complete_transaction(-3, 7000, true), 0);
+    assert_eq!(c.complete_transaction(partition, 7001, 0, true), 0);
+    assert_eq!(c.complete_transaction(-3, 7000, 0, true), 0);
 
     // Unknown topics are refused per partition; an empty group id is INVALID_GROUP_ID.
     assert_eq!(
@@ -124,7 +124,7 @@ async fn open_transactional_offsets_stay_pending_across_a_restart() {
         vec![("t".into(), 0, 1)],
         "replay keeps them pending"
     );
-    assert_eq!(c.complete_transaction(partition, 9000, true), 1);
+    assert_eq!(c.complete_transaction(partition, 9000, 0, true), 1);
     assert_eq!(offsets(&c, "h"), vec![("t".into(), 0, 77)]);
     c.shutdown().await;
 }

@@ -1,342 +1,315 @@
-//! The transaction coordinator over the wire: InitProducerId with a transactional id (epochs, fencing,
-//! recovery), AddPartitionsToTxn, EndTxn, DescribeTransactions, ListTransactions, timeouts, replay after a
-//! restart, and Kafka's error codes for bad sequences.
+//! The partition side of transactions over the wire, on a real broker: transactional produce, WriteTxnMarkers,
+//! read_committed fetch (stops at the last stable offset, reports aborted transactions), ListOffsets by
+//! isolation level, long polls woken by a marker, and the markers' epoch checks.
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use common::txn::*;
+use bytes::Bytes;
 use common::*;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::write_txn_markers_request::{
+    WritableTxnMarker, WritableTxnMarkerTopic,
+};
 use kafka_protocol::messages::*;
 
-const OVERRIDES: &[&str] = &[
-    "transaction.state.log.num.partitions=3",
-    "group.initial.rebalance.delay.ms=0",
-];
+const T: &str = "txn-topic";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn init_producer_id_bumps_the_epoch_and_fences_older_producers() {
-    let dir = tempfile::tempdir().unwrap();
-    let broker = TestBroker::start(dir.path(), OVERRIDES).await;
-    let mut c = broker.client().await;
-    create_topic(&mut c, "txn-a", 2, &[]).await;
-    let node = find_txn_coordinator(&mut c, "tx-1", 3).await;
-    assert_eq!(
-        find_txn_coordinator(&mut c, "tx-1", 4).await,
-        node,
-        "v4 (batched) agrees with v3"
-    );
-
-    let (e, pid, epoch) = init(&mut c, "tx-1", 60_000, 4).await;
-    assert_eq!((e, epoch), (NONE, 0));
-    assert!(pid >= 0);
-    let (e, pid2, epoch2) = init(&mut c, "tx-1", 60_000, 4).await;
-    assert_eq!(
-        (e, pid2, epoch2),
-        (NONE, pid, 1),
-        "a new producer of the id bumps the epoch"
-    );
-
-    // The zombie (epoch 0) is fenced; the current producer adds partitions.
-    let zombie = add_partitions(&mut c, "tx-1", pid, 0, &[("txn-a", 0)], 3).await;
-    assert_eq!(zombie, vec![PRODUCER_FENCED]);
-    let added = add_partitions(&mut c, "tx-1", pid, 1, &[("txn-a", 0), ("txn-a", 1)], 3).await;
-    assert_eq!(added, vec![NONE, NONE]);
-    let d = describe(&mut c, "tx-1").await;
-    assert_eq!(d.error_code, NONE);
-    assert_eq!(d.transaction_state.as_str(), "Ongoing");
-    assert_eq!((d.producer_id.0, d.producer_epoch), (pid, 1));
-    assert_eq!(d.transaction_timeout_ms, 60_000);
-    assert!(d.transaction_start_time_ms > 0);
-    let expected: std::collections::BTreeSet<(String, i32)> =
-        [("txn-a".to_string(), 0), ("txn-a".to_string(), 1)].into();
-    assert_eq!(partitions_of(&d), expected);
-
-    // Another producer id for the same transactional id is not this transaction's.
-    let other = add_partitions(&mut c, "tx-1", pid + 1000, 1, &[("txn-a", 0)], 3).await;
-    assert_eq!(other, vec![INVALID_PRODUCER_ID_MAPPING]);
-    // KIP-360: a producer that claims an older epoch is fenced.
-    let (e, _, _) = init_expecting(&mut c, "tx-1", 60_000, Some((pid, 0)), 4).await;
-    assert_eq!(e, PRODUCER_FENCED);
-
-    // A new producer while the transaction is open: the old one's transaction is aborted at a bumped epoch
-    // and the new one is told to retry.
-    let (e, _, _) = init(&mut c, "tx-1", 60_000, 4).await;
-    assert_eq!(e, CONCURRENT_TRANSACTIONS);
-    let d = describe(&mut c, "tx-1").await;
-    assert!(
-        ["PrepareAbort", "CompleteAbort"].contains(&d.transaction_state.as_str()),
-        "{}",
-        d.transaction_state.as_str()
-    );
-    assert_eq!(d.producer_epoch, 2, "the fence bumped the epoch");
-    let fenced = add_partitions(&mut c, "tx-1", pid, 1, &[("txn-a", 0)], 3).await;
-    assert_eq!(fenced, vec![PRODUCER_FENCED]);
-    drop(c);
-    broker.stop().await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_sequences_get_kafkas_errors() {
-    let dir = tempfile::tempdir().unwrap();
-    let broker = TestBroker::start(dir.path(), OVERRIDES).await;
-    let mut c = broker.client().await;
-    create_topic(&mut c, "txn-b", 1, &[]).await;
-    find_txn_coordinator(&mut c, "tx-bad", 4).await;
-
-    // EndTxn and AddPartitionsToTxn for an id that never called InitProducerId.
-    assert_eq!(
-        end_txn(&mut c, "tx-never", 5, 0, true, 3).await,
-        INVALID_PRODUCER_ID_MAPPING
-    );
-    let add = add_partitions(&mut c, "tx-never", 5, 0, &[("txn-b", 0)], 3).await;
-    assert_eq!(add, vec![INVALID_PRODUCER_ID_MAPPING]);
-    assert_eq!(
-        describe(&mut c, "tx-never").await.error_code,
-        TRANSACTIONAL_ID_NOT_FOUND
-    );
-
-    // Timeouts outside (0, transaction.max.timeout.ms].
-    assert_eq!(
-        init(&mut c, "tx-bad", 0, 4).await.0,
-        INVALID_TRANSACTION_TIMEOUT
-    );
-    assert_eq!(
-        init(&mut c, "tx-bad", 900_001, 4).await.0,
-        INVALID_TRANSACTION_TIMEOUT
-    );
-    assert_eq!(init(&mut c, "", 1000, 4).await.0, INVALID_REQUEST);
-
-    let (e, pid, epoch) = init(&mut c, "tx-bad", 10_000, 4).await;
-    assert_eq!(e, NONE);
-    // EndTxn with nothing in the transaction.
-    assert_eq!(
-        end_txn(&mut c, "tx-bad", pid, epoch, true, 3).await,
-        INVALID_TXN_STATE
-    );
-    assert_eq!(
-        end_txn(&mut c, "tx-bad", pid, epoch + 1, true, 3).await,
-        PRODUCER_FENCED
-    );
-    // An unknown partition fails alone; the others are not attempted.
-    let add = add_partitions(
-        &mut c,
-        "tx-bad",
-        pid,
-        epoch,
-        &[("txn-b", 0), ("txn-b", 7), ("nope", 0)],
-        3,
+fn txn_batch(values: &[&str], producer_id: i64, epoch: i16, sequence: i32) -> Vec<u8> {
+    let records: Vec<annal_log::batch::KeyValue> =
+        values.iter().map(|v| (None, Some(v.as_bytes()))).collect();
+    let ts = vec![1_700_000_000_000; values.len()];
+    annal_log::batch::build_batch(
+        &records,
+        &ts,
+        annal_log::batch::ProducerFields {
+            producer_id,
+            producer_epoch: epoch,
+            base_sequence: sequence,
+            transactional: true,
+        },
     )
-    .await;
+}
+
+/// A transactional produce (transactional id set, as a real transactional producer sends it).
+async fn produce_txn(c: &mut Client, partition: i32, records: Vec<u8>) -> (i16, i64) {
+    let req = ProduceRequest::default()
+        .with_transactional_id(Some(TransactionalId(s("app-1"))))
+        .with_acks(-1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(name(T))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(Bytes::from(records)))])]);
+    let resp = c.call(&req, 11).await;
+    let p = &resp.responses[0].partition_responses[0];
+    (p.error_code, p.base_offset)
+}
+
+/// WriteTxnMarkers v1 for one producer on `partitions` of T; the error code per partition.
+async fn write_marker(
+    c: &mut Client,
+    producer_id: i64,
+    epoch: i16,
+    commit: bool,
+    coordinator_epoch: i32,
+    topic: &str,
+    partitions: &[i32],
+) -> Vec<i16> {
+    let req = WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
+        .with_producer_id(ProducerId(producer_id))
+        .with_producer_epoch(epoch)
+        .with_transaction_result(commit)
+        .with_coordinator_epoch(coordinator_epoch)
+        .with_topics(vec![WritableTxnMarkerTopic::default()
+            .with_name(name(topic))
+            .with_partition_indexes(partitions.to_vec())])]);
+    let resp = c.call(&req, 1).await;
+    assert_eq!(resp.markers.len(), 1);
+    assert_eq!(resp.markers[0].producer_id.0, producer_id);
+    resp.markers[0].topics[0]
+        .partitions
+        .iter()
+        .map(|p| p.error_code)
+        .collect()
+}
+
+fn fetch_request(partition: i32, offset: i64, isolation: i8, max_wait_ms: i32) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(50 << 20)
+        .with_isolation_level(isolation)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(name(T))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(partition)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(1 << 20)])])
+}
+
+async fn fetch_isolated(
+    c: &mut Client,
+    partition: i32,
+    offset: i64,
+    isolation: i8,
+) -> fetch_response::PartitionData {
+    let resp = c
+        .call(&fetch_request(partition, offset, isolation, 0), 12)
+        .await;
+    resp.responses[0].partitions[0].clone()
+}
+
+async fn latest(c: &mut Client, partition: i32, isolation: i8) -> i64 {
+    let req = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_isolation_level(isolation)
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(name(T))
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(partition)
+                .with_timestamp(-1)])]);
+    let resp = c.call(&req, 9).await;
+    let p = &resp.topics[0].partitions[0];
+    assert_eq!(p.error_code, 0);
+    p.offset
+}
+
+fn record_count(records: &Option<Bytes>) -> usize {
+    records.as_ref().map_or(0, |r| values(r).len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_committed_stops_at_the_lso_and_learns_aborted_transactions() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(dir.path(), &[]).await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, T, 2, &[]).await;
+
+    // Producer 1000 writes to both partitions; 2000 opens a transaction on partition 0 after it.
     assert_eq!(
-        add,
-        vec![
-            OPERATION_NOT_ATTEMPTED,
-            UNKNOWN_TOPIC_OR_PARTITION,
-            UNKNOWN_TOPIC_OR_PARTITION
-        ]
+        produce_txn(&mut c, 0, txn_batch(&["a0", "a1"], 1000, 0, 0)).await,
+        (0, 0)
     );
     assert_eq!(
-        describe(&mut c, "tx-bad").await.transaction_state.as_str(),
-        "Empty"
+        produce_txn(&mut c, 1, txn_batch(&["b0"], 1000, 0, 0)).await,
+        (0, 0)
+    );
+    assert_eq!(
+        produce_txn(&mut c, 0, txn_batch(&["c0"], 2000, 0, 0)).await,
+        (0, 2)
     );
 
-    // Commit, then the sequences Kafka refuses while the markers go out or after.
-    let add = add_partitions(&mut c, "tx-bad", pid, epoch, &[("txn-b", 0)], 4).await;
-    assert_eq!(add, vec![NONE]);
-    assert_eq!(end_txn(&mut c, "tx-bad", pid, epoch, true, 4).await, NONE);
-    let abort = end_txn(&mut c, "tx-bad", pid, epoch, false, 4).await;
-    assert_eq!(abort, INVALID_TXN_STATE, "abort after commit");
-    let again = end_txn(&mut c, "tx-bad", pid, epoch, true, 4).await;
-    assert!(
-        [NONE, CONCURRENT_TRANSACTIONS].contains(&again),
-        "a retried commit: {again}"
-    );
+    // Open: read_committed sees nothing, read_uncommitted everything; the LSO is the oldest open start.
+    let open = fetch_isolated(&mut c, 0, 0, 1).await;
+    assert_eq!(open.error_code, 0);
+    assert_eq!((open.high_watermark, open.last_stable_offset), (3, 0));
+    assert_eq!(record_count(&open.records), 0);
+    assert_eq!(open.aborted_transactions, Some(vec![]));
+    let all = fetch_isolated(&mut c, 0, 0, 0).await;
+    assert_eq!(record_count(&all.records), 3);
+    assert_eq!(all.aborted_transactions, None);
+    assert_eq!(latest(&mut c, 0, 1).await, 0);
+    assert_eq!(latest(&mut c, 0, 0).await, 3);
 
-    // The connection and the broker still serve.
-    let resp = c.call(&ApiVersionsRequest::default(), 3).await;
-    assert_eq!(resp.error_code, 0);
-    drop(c);
+    // Commit 1000 on both partitions: partition 0's LSO moves to 2000's start.
+    assert_eq!(
+        write_marker(&mut c, 1000, 0, true, 0, T, &[0, 1]).await,
+        vec![0, 0]
+    );
+    let committed = fetch_isolated(&mut c, 0, 0, 1).await;
+    assert_eq!(committed.last_stable_offset, 2);
+    assert_eq!(
+        values(committed.records.as_ref().unwrap()),
+        vec![(0, "a0".to_string()), (1, "a1".to_string())]
+    );
+    assert_eq!(latest(&mut c, 1, 1).await, 2, "b0 and its marker");
+
+    // Abort 2000: everything is stable, and a read_committed fetch learns the aborted range.
+    assert_eq!(
+        write_marker(&mut c, 2000, 0, false, 0, T, &[0]).await,
+        vec![0]
+    );
+    let done = fetch_isolated(&mut c, 0, 0, 1).await;
+    assert_eq!((done.high_watermark, done.last_stable_offset), (5, 5));
+    let aborted = done.aborted_transactions.unwrap();
+    assert_eq!(aborted.len(), 1);
+    assert_eq!(
+        (aborted[0].producer_id.0, aborted[0].first_offset),
+        (2000, 2)
+    );
+    assert_eq!(latest(&mut c, 0, 1).await, 5);
+    // From past the aborted range, nothing to report.
+    let after = fetch_isolated(&mut c, 0, 5, 1).await;
+    assert_eq!(after.aborted_transactions, Some(vec![]));
+
+    // DescribeProducers: no transaction open any more.
+    let req = DescribeProducersRequest::default().with_topics(vec![
+        describe_producers_request::TopicRequest::default()
+            .with_name(name(T))
+            .with_partition_indexes(vec![0]),
+    ]);
+    let resp = c.call(&req, 0).await;
+    let states = &resp.topics[0].partitions[0].active_producers;
+    assert!(states.iter().all(|p| p.current_txn_start_offset == -1));
     broker.stop().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn list_transactions_filters_by_state_and_producer() {
+async fn markers_are_fenced_by_epochs_and_refused_for_unknown_partitions() {
     let dir = tempfile::tempdir().unwrap();
-    let broker = TestBroker::start(dir.path(), OVERRIDES).await;
+    let broker = TestBroker::start(dir.path(), &[]).await;
     let mut c = broker.client().await;
-    create_topic(&mut c, "txn-l", 1, &[]).await;
-    find_txn_coordinator(&mut c, "tx-l1", 4).await;
-    let (_, p1, e1) = init(&mut c, "tx-l1", 60_000, 4).await;
-    let (_, p2, _) = init(&mut c, "tx-l2", 60_000, 4).await;
+    create_topic(&mut c, T, 1, &[]).await;
     assert_eq!(
-        add_partitions(&mut c, "tx-l1", p1, e1, &[("txn-l", 0)], 3).await,
-        vec![NONE]
+        produce_txn(&mut c, 0, txn_batch(&["x"], 7, 2, 0)).await.0,
+        0
     );
+    // DescribeProducers shows the open transaction's start.
+    let req = DescribeProducersRequest::default().with_topics(vec![
+        describe_producers_request::TopicRequest::default()
+            .with_name(name(T))
+            .with_partition_indexes(vec![0]),
+    ]);
+    let resp = c.call(&req, 0).await;
+    let p = &resp.topics[0].partitions[0].active_producers[0];
+    assert_eq!((p.producer_id.0, p.current_txn_start_offset), (7, 0));
 
-    let list = |states: &[&str], pids: &[i64], duration: i64| {
-        ListTransactionsRequest::default()
-            .with_state_filters(states.iter().map(|x| s(x)).collect())
-            .with_producer_id_filters(pids.iter().map(|p| ProducerId(*p)).collect())
-            .with_duration_filter(duration)
-    };
-    let ids = |r: &ListTransactionsResponse| {
-        let mut v: Vec<String> = r
-            .transaction_states
-            .iter()
-            .map(|t| t.transactional_id.0.to_string())
-            .collect();
-        v.sort();
-        v
-    };
-    let all = c.call(&list(&[], &[], -1), 0).await;
-    assert_eq!(ids(&all), vec!["tx-l1", "tx-l2"]);
-    let ongoing = c.call(&list(&["Ongoing"], &[], -1), 1).await;
-    assert_eq!(ids(&ongoing), vec!["tx-l1"]);
+    const INVALID_PRODUCER_EPOCH: i16 = 47;
+    const TRANSACTION_COORDINATOR_FENCED: i16 = 52;
+    const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
     assert_eq!(
-        ongoing.transaction_states[0].transaction_state.as_str(),
-        "Ongoing"
+        write_marker(&mut c, 7, 1, true, 0, T, &[0]).await,
+        vec![INVALID_PRODUCER_EPOCH]
     );
-    let by_pid = c.call(&list(&[], &[p2], -1), 1).await;
-    assert_eq!(ids(&by_pid), vec!["tx-l2"]);
-    let unknown = c.call(&list(&["Bogus"], &[], -1), 0).await;
+    // An abort from a coordinator at epoch 4 that bumped the producer (a new instance fenced the old one).
+    assert_eq!(write_marker(&mut c, 7, 3, false, 4, T, &[0]).await, vec![0]);
     assert_eq!(
-        unknown
-            .unknown_state_filters
-            .iter()
-            .map(|x| x.to_string())
-            .collect::<Vec<_>>(),
-        vec!["Bogus"]
+        write_marker(&mut c, 7, 3, false, 3, T, &[0]).await,
+        vec![TRANSACTION_COORDINATOR_FENCED]
     );
-    // KIP-994: only transactions running longer than the filter.
+    // The old instance's late data is refused with INVALID_PRODUCER_EPOCH.
+    assert_eq!(
+        produce_txn(&mut c, 0, txn_batch(&["late"], 7, 2, 1))
+            .await
+            .0,
+        INVALID_PRODUCER_EPOCH
+    );
+    assert_eq!(
+        write_marker(&mut c, 7, 3, true, 4, T, &[0, 9]).await,
+        vec![0, UNKNOWN_TOPIC_OR_PARTITION]
+    );
+    assert_eq!(
+        write_marker(&mut c, 7, 3, true, 4, "no-such-topic", &[0]).await,
+        vec![UNKNOWN_TOPIC_OR_PARTITION]
+    );
+    broker.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_polling_read_committed_fetch_wakes_when_the_marker_lands() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(dir.path(), &[]).await;
+    let mut c = broker.client().await;
+    let mut poller = broker.client().await;
+    create_topic(&mut c, T, 1, &[]).await;
+    assert_eq!(
+        produce_txn(&mut c, 0, txn_batch(&["p", "q"], 11, 0, 0))
+            .await
+            .0,
+        0
+    );
+    let started = Instant::now();
+    let poll = tokio::spawn(async move {
+        let resp = poller.call(&fetch_request(0, 0, 1, 10_000), 12).await;
+        resp.responses[0].partitions[0].clone()
+    });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(ids(&c.call(&list(&[], &[], 100), 1).await), vec!["tx-l1"]);
-    assert!(ids(&c.call(&list(&[], &[], 600_000), 1).await).is_empty());
-    drop(c);
-    broker.stop().await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn verify_only_reports_which_partitions_are_in_the_transaction() {
-    let dir = tempfile::tempdir().unwrap();
-    let broker = TestBroker::start(dir.path(), OVERRIDES).await;
-    let mut c = broker.client().await;
-    create_topic(&mut c, "txn-v", 2, &[]).await;
-    find_txn_coordinator(&mut c, "tx-v", 4).await;
-    let (_, pid, epoch) = init(&mut c, "tx-v", 60_000, 4).await;
-    assert_eq!(
-        add_partitions(&mut c, "tx-v", pid, epoch, &[("txn-v", 0)], 4).await,
-        vec![NONE]
+    assert!(!poll.is_finished(), "nothing is committed yet");
+    assert_eq!(write_marker(&mut c, 11, 0, true, 0, T, &[0]).await, vec![0]);
+    let answered = poll.await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "woken by the marker"
     );
-    let verify = |epoch: i16| {
-        AddPartitionsToTxnRequest::default().with_transactions(vec![
-            add_partitions_to_txn_request::AddPartitionsToTxnTransaction::default()
-                .with_transactional_id(TransactionalId(s("tx-v")))
-                .with_producer_id(ProducerId(pid))
-                .with_producer_epoch(epoch)
-                .with_verify_only(true)
-                .with_topics(vec![
-                    add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
-                        .with_name(name("txn-v"))
-                        .with_partitions(vec![0, 1]),
-                ]),
-        ])
-    };
-    let resp = c.call(&verify(epoch), 4).await;
-    let codes: Vec<i16> = resp.results_by_transaction[0].topic_results[0]
-        .results_by_partition
-        .iter()
-        .map(|p| p.partition_error_code)
-        .collect();
-    assert_eq!(codes, vec![NONE, INVALID_TXN_STATE]);
-    let resp = c.call(&verify(epoch + 1), 4).await;
-    assert!(resp.results_by_transaction[0].topic_results[0]
-        .results_by_partition
-        .iter()
-        .all(|p| p.partition_error_code == PRODUCER_FENCED));
-    // Verification added nothing.
-    assert_eq!(partitions_of(&describe(&mut c, "tx-v").await).len(), 1);
-    drop(c);
+    assert_eq!(answered.last_stable_offset, 3);
+    assert_eq!(record_count(&answered.records), 2);
     broker.stop().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn coordinator_state_is_replayed_after_a_restart() {
+async fn an_open_transaction_pins_the_lso_across_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let (pid, epoch) = {
-        let broker = TestBroker::start(dir.path(), OVERRIDES).await;
+    {
+        let broker = TestBroker::start(dir.path(), &[]).await;
         let mut c = broker.client().await;
-        create_topic(&mut c, "txn-r", 1, &[]).await;
-        find_txn_coordinator(&mut c, "tx-r", 4).await;
-        init(&mut c, "tx-r", 60_000, 4).await;
-        let (e, pid, epoch) = init(&mut c, "tx-r", 45_000, 4).await;
-        assert_eq!((e, epoch), (NONE, 1));
-        assert_eq!(
-            add_partitions(&mut c, "tx-r", pid, epoch, &[("txn-r", 0)], 3).await,
-            vec![NONE]
-        );
-        drop(c);
+        create_topic(&mut c, T, 1, &[]).await;
+        produce_txn(&mut c, 0, txn_batch(&["open"], 21, 0, 0)).await;
+        produce(&mut c, T, 0, batch(&["plain"], 1_700_000_000_000), -1, 9).await;
+        assert_eq!(latest(&mut c, 0, 1).await, 0);
         broker.stop().await.unwrap();
-        (pid, epoch)
-    };
-    let broker = TestBroker::start(dir.path(), OVERRIDES).await;
+    }
+    let broker = TestBroker::start(dir.path(), &[]).await;
     let mut c = broker.client().await;
-    find_txn_coordinator(&mut c, "tx-r", 4).await;
-    let d = loop {
-        let d = describe(&mut c, "tx-r").await;
-        if d.error_code != 14 && d.error_code != 16 {
-            break d;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    assert_eq!(d.error_code, NONE);
-    assert_eq!(d.transaction_state.as_str(), "Ongoing");
     assert_eq!(
-        (d.producer_id.0, d.producer_epoch, d.transaction_timeout_ms),
-        (pid, epoch, 45_000)
+        latest(&mut c, 0, 1).await,
+        0,
+        "still open after the restart"
     );
-    assert_eq!(partitions_of(&d).len(), 1);
-    // The producer restarted too: its InitProducerId aborts the transaction left open.
-    let (e, _, _) = init_expecting(&mut c, "tx-r", 45_000, Some((pid, epoch)), 4).await;
-    assert_eq!(e, CONCURRENT_TRANSACTIONS);
-    assert_eq!(describe(&mut c, "tx-r").await.producer_epoch, epoch + 1);
-    drop(c);
-    broker.stop().await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut overrides = OVERRIDES.to_vec();
-    overrides.push("transaction.abort.timed.out.transaction.cleanup.interval.ms=100");
-    let broker = TestBroker::start(dir.path(), &overrides).await;
-    let mut c = broker.client().await;
-    create_topic(&mut c, "txn-t", 1, &[]).await;
-    find_txn_coordinator(&mut c, "tx-t", 4).await;
-    let (_, pid, epoch) = init(&mut c, "tx-t", 500, 4).await;
+    assert_eq!(latest(&mut c, 0, 0).await, 2);
     assert_eq!(
-        add_partitions(&mut c, "tx-t", pid, epoch, &[("txn-t", 0)], 3).await,
-        vec![NONE]
+        write_marker(&mut c, 21, 0, false, 0, T, &[0]).await,
+        vec![0]
     );
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let d = loop {
-        let d = describe(&mut c, "tx-t").await;
-        if d.transaction_state.as_str() != "Ongoing" {
-            break d;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the transaction was never aborted"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    assert!(["PrepareAbort", "CompleteAbort"].contains(&d.transaction_state.as_str()));
-    assert_eq!(d.producer_epoch, epoch + 1);
-    assert_eq!(
-        end_txn(&mut c, "tx-t", pid, epoch, true, 3).await,
-        PRODUCER_FENCED
-    );
-    drop(c);
+    assert_eq!(latest(&mut c, 0, 1).await, 3);
+    let done = fetch_isolated(&mut c, 0, 0, 1).await;
+    let aborted = done.aborted_transactions.unwrap();
+    assert_eq!((aborted[0].producer_id.0, aborted[0].first_offset), (21, 0));
     broker.stop().await.unwrap();
 }

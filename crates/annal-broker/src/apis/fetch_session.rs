@@ -26,6 +26,8 @@ pub struct Cached {
     /// What the client was last told; -2 before the first response (so the first one always includes it).
     pub high_watermark: i64,
     pub log_start: i64,
+    /// Also news when it moves (a read_committed consumer waits for it), as in Kafka's `CachedPartition`.
+    pub last_stable_offset: i64,
 }
 
 struct Session {
@@ -129,6 +131,7 @@ impl FetchSessions {
                 max_bytes: *max_bytes,
                 high_watermark: -2,
                 log_start: -2,
+                last_stable_offset: -2,
             });
             entry.fetch_offset = *offset;
             entry.max_bytes = *max_bytes;
@@ -158,6 +161,7 @@ impl FetchSessions {
         records: usize,
         high_watermark: i64,
         log_start: i64,
+        last_stable_offset: i64,
     ) -> bool {
         let mut guard = self.inner.lock();
         let Some(cached) = guard.1.get_mut(&id).and_then(|s| s.parts.get_mut(key)) else {
@@ -166,9 +170,11 @@ impl FetchSessions {
         let news = error != 0
             || records > 0
             || cached.high_watermark != high_watermark
-            || cached.log_start != log_start;
+            || cached.log_start != log_start
+            || cached.last_stable_offset != last_stable_offset;
         cached.high_watermark = high_watermark;
         cached.log_start = log_start;
+        cached.last_stable_offset = last_stable_offset;
         news
     }
 }

@@ -15,6 +15,7 @@ pub mod produce;
 mod produce_records;
 pub mod producers;
 pub mod txn;
+pub mod txn_markers;
 
 use std::sync::Arc;
 
@@ -43,6 +44,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::DescribeProducers, 0, 0),
+    // Sent by transaction coordinators to partition leaders (v0 removed in Kafka 4; v2 not yet, see txn_markers).
+    (ApiKey::WriteTxnMarkers, 1, 1),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::DescribeLogDirs, 1, 4),
     // Group coordinator: exactly `GroupCoordinator::api_versions()` (checked by a test).
@@ -133,6 +136,7 @@ pub fn decode_body(key: ApiKey, header: &RequestHeader, mut buf: Bytes) -> Resul
         ApiKey::DeleteRecords => decode::<DeleteRecordsRequest>(key, &mut buf, v).map(drop),
         ApiKey::InitProducerId => decode::<InitProducerIdRequest>(key, &mut buf, v).map(drop),
         ApiKey::DescribeProducers => decode::<DescribeProducersRequest>(key, &mut buf, v).map(drop),
+        ApiKey::WriteTxnMarkers => decode::<WriteTxnMarkersRequest>(key, &mut buf, v).map(drop),
         ApiKey::OffsetForLeaderEpoch => {
             decode::<OffsetForLeaderEpochRequest>(key, &mut buf, v).map(drop)
         }
@@ -349,6 +353,14 @@ pub async fn dispatch(
             buf,
             DescribeLogDirsRequest,
             admin::describe_log_dirs
+        ),
+        ApiKey::WriteTxnMarkers => route!(
+            broker,
+            key,
+            header,
+            buf,
+            WriteTxnMarkersRequest,
+            txn_markers::handle
         ),
         ApiKey::Fetch => {
             let req: FetchRequest = decode(key, &mut buf, header.request_api_version)?;

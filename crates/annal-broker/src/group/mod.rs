@@ -718,10 +718,24 @@ impl GroupCoordinator {
         resp
     }
 
-    /// A transaction marker of `producer_id` was written to partition `partition` of `__consumer_offsets`
-    /// (the WriteTxnMarkers handler calls this): the producer's pending transactional offsets there become the
-    /// groups' committed offsets (`commit`) or are dropped. Returns the number of offsets made visible.
-    pub fn complete_transaction(&self, partition: i32, producer_id: i64, commit: bool) -> usize {
+    /// A transaction marker of `producer_id` (at `producer_epoch`) was written to partition `partition` of
+    /// `__consumer_offsets` (Kafka's `GroupCoordinator.completeTransaction`; the WriteTxnMarkers handler calls
+    /// this): the producer's pending transactional offsets there become the groups' committed offsets (`commit`)
+    /// or are dropped. Returns the number of offsets made visible.
+    pub fn complete_transaction(
+        &self,
+        partition: i32,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    ) -> usize {
+        tracing::debug!(
+            partition,
+            producer_id,
+            producer_epoch,
+            commit,
+            "transaction marker written to {OFFSETS_TOPIC}"
+        );
         let Ok(partition) = u32::try_from(partition) else {
             return 0;
         };
