@@ -340,3 +340,201 @@ async fn a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced() {
     drop(c);
     broker.stop().await.unwrap();
 }
+
+/// A transactional produce of `values` to `topic`-`partition` (sequence from 0 at each new epoch).
+async fn produce_txn(
+    c: &mut Client,
+    id: &str,
+    topic: &str,
+    partition: i32,
+    pid: i64,
+    epoch: i16,
+    sequence: i32,
+    values: &[&str],
+) -> i16 {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    let records: Vec<annal_log::batch::KeyValue> =
+        values.iter().map(|v| (None, Some(v.as_bytes()))).collect();
+    let batch = annal_log::batch::build_batch(
+        &records,
+        &vec![1_700_000_000_000; values.len()],
+        annal_log::batch::ProducerFields {
+            producer_id: pid,
+            producer_epoch: epoch,
+            base_sequence: sequence,
+            transactional: true,
+        },
+    );
+    let req = ProduceRequest::default()
+        .with_transactional_id(Some(TransactionalId(s(id))))
+        .with_acks(-1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(name(topic))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(bytes::Bytes::from(batch)))])]);
+    c.call(&req, 9).await.responses[0].partition_responses[0].error_code
+}
+
+async fn committed_offset(c: &mut Client, group: &str, topic: &str, partition: i32) -> i64 {
+    let req = OffsetFetchRequest::default()
+        .with_group_id(GroupId(s(group)))
+        .with_topics(Some(vec![
+            offset_fetch_request::OffsetFetchRequestTopic::default()
+                .with_name(name(topic))
+                .with_partition_indexes(vec![partition]),
+        ]));
+    c.call(&req, 7).await.topics[0].partitions[0].committed_offset
+}
+
+async fn txn_offset_commit(
+    c: &mut Client,
+    id: &str,
+    group: &str,
+    pid: i64,
+    epoch: i16,
+    topic: &str,
+    offset: i64,
+) -> i16 {
+    let req = TxnOffsetCommitRequest::default()
+        .with_transactional_id(TransactionalId(s(id)))
+        .with_group_id(GroupId(s(group)))
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_generation_id(-1)
+        .with_topics(vec![
+            txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
+                .with_name(name(topic))
+                .with_partitions(vec![
+                    txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(offset)
+                        .with_committed_leader_epoch(-1),
+                ]),
+        ]);
+    c.call(&req, 3).await.topics[0].partitions[0].error_code
+}
+
+async fn add_offsets(c: &mut Client, id: &str, group: &str, pid: i64, epoch: i16) -> i16 {
+    let req = AddOffsetsToTxnRequest::default()
+        .with_transactional_id(TransactionalId(s(id)))
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_group_id(GroupId(s(group)));
+    c.call(&req, 3).await.error_code
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn end_txn_sends_markers_and_offsets_follow_the_outcome() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(dir.path(), OVERRIDES).await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "txn-e", 2, &[]).await;
+    find_txn_coordinator(&mut c, "tx-e", 4).await;
+    let (_, pid, epoch) = init(&mut c, "tx-e", 60_000, 4).await;
+
+    // Commit: data in two partitions and the group's offset.
+    assert_eq!(
+        add_partitions(&mut c, "tx-e", pid, epoch, &[("txn-e", 0), ("txn-e", 1)], 3).await,
+        vec![NONE, NONE]
+    );
+    assert_eq!(
+        produce_txn(&mut c, "tx-e", "txn-e", 0, pid, epoch, 0, &["a", "b"]).await,
+        NONE
+    );
+    assert_eq!(
+        produce_txn(&mut c, "tx-e", "txn-e", 1, pid, epoch, 0, &["c"]).await,
+        NONE
+    );
+    assert_eq!(add_offsets(&mut c, "tx-e", "g-e", pid, epoch).await, NONE);
+    assert_eq!(
+        txn_offset_commit(&mut c, "tx-e", "g-e", pid, epoch, "txn-e", 2).await,
+        NONE
+    );
+    assert_eq!(
+        committed_offset(&mut c, "g-e", "txn-e", 0).await,
+        -1,
+        "not before the commit"
+    );
+    assert_eq!(end_txn(&mut c, "tx-e", pid, epoch, true, 3).await, NONE);
+    let d = wait_state(&mut c, "tx-e", "CompleteCommit").await;
+    assert!(partitions_of(&d).is_empty());
+    assert_eq!(committed_offset(&mut c, "g-e", "txn-e", 0).await, 2);
+    // Both partitions got their marker: each one's last stable offset is past it (records + marker).
+    for (p, end) in [(0, 3), (1, 2)] {
+        let req = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_isolation_level(1)
+            .with_topics(vec![list_offsets_request::ListOffsetsTopic::default()
+                .with_name(name("txn-e"))
+                .with_partitions(vec![
+                    list_offsets_request::ListOffsetsPartition::default()
+                        .with_partition_index(p)
+                        .with_timestamp(-1),
+                ])]);
+        let resp = c.call(&req, 4).await;
+        assert_eq!(
+            resp.topics[0].partitions[0].offset, end,
+            "read_committed end of txn-e-{p}"
+        );
+    }
+    // A retried EndTxn of the finished transaction succeeds; the opposite outcome does not.
+    assert_eq!(end_txn(&mut c, "tx-e", pid, epoch, true, 3).await, NONE);
+    assert_eq!(
+        end_txn(&mut c, "tx-e", pid, epoch, false, 3).await,
+        INVALID_TXN_STATE
+    );
+
+    // Abort: the offset stays where the commit put it.
+    assert_eq!(add_offsets(&mut c, "tx-e", "g-e", pid, epoch).await, NONE);
+    assert_eq!(
+        txn_offset_commit(&mut c, "tx-e", "g-e", pid, epoch, "txn-e", 9).await,
+        NONE
+    );
+    assert_eq!(end_txn(&mut c, "tx-e", pid, epoch, false, 3).await, NONE);
+    wait_state(&mut c, "tx-e", "CompleteAbort").await;
+    assert_eq!(committed_offset(&mut c, "g-e", "txn-e", 0).await, 2);
+
+    // A new producer of the id while a transaction is open: the old one is fenced by the abort markers and
+    // the new one's retry succeeds with the epoch after the fence.
+    assert_eq!(
+        add_partitions(&mut c, "tx-e", pid, epoch, &[("txn-e", 0)], 3).await,
+        vec![NONE]
+    );
+    assert_eq!(
+        produce_txn(&mut c, "tx-e", "txn-e", 0, pid, epoch, 2, &["zombie"]).await,
+        NONE
+    );
+    assert_eq!(
+        init(&mut c, "tx-e", 60_000, 4).await.0,
+        CONCURRENT_TRANSACTIONS
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let (pid2, epoch2) = loop {
+        let (e, p2, e2) = init(&mut c, "tx-e", 60_000, 4).await;
+        if e == NONE {
+            break (p2, e2);
+        }
+        assert_eq!(e, CONCURRENT_TRANSACTIONS);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the fenced transaction never completed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        (pid2, epoch2),
+        (pid, epoch + 2),
+        "one bump for the fence, one for the new producer"
+    );
+    assert_eq!(
+        describe(&mut c, "tx-e").await.transaction_state.as_str(),
+        "Empty"
+    );
+    // The zombie cannot write any more: the marker carried the fenced epoch.
+    let zombie = produce_txn(&mut c, "tx-e", "txn-e", 0, pid, epoch, 3, &["late"]).await;
+    assert_ne!(zombie, NONE);
+    drop(c);
+    broker.stop().await.unwrap();
+}
