@@ -66,7 +66,7 @@ def describe_row(broker, transactional_id):
     lines = [l for l in out.splitlines() if l.strip()]
     header = lines[0].split()
     values = lines[1].split(None, len(header) - 1)
-    return dict(zip(header, values))
+    return dict(zip(header, (v.strip() for v in values)))
 
 
 def wait_describe(broker, transactional_id, state, timeout=60):
@@ -108,7 +108,7 @@ def test_commit_and_abort_across_two_topics_read_committed(broker, topic_name):
             c.close()
         assert got == [f"c1-{i}" for i in range(5)] + ["c2-0"], f"{topic}: {got}"
     # read_uncommitted sees the aborted records too (they are in the log, between the markers).
-    c = ck_consumer(broker, **{"enable.partition.eof": True})
+    c = ck_consumer(broker, **{"enable.partition.eof": True, "isolation.level": "read_uncommitted"})
     c.assign([ck.TopicPartition(a, 0, ck.OFFSET_BEGINNING)])
     try:
         assert len(values_until_eof(c)) == 11
@@ -366,9 +366,9 @@ def test_raw_bad_sequences_get_kafkas_error_codes(broker, topic_name):
         assert raw_end(s, tid, pid, epoch, True) == 48
         error, pid2, epoch2 = raw_init(s, tid)
         assert (error, pid2, epoch2) == (0, pid, epoch + 1)
-        # The fenced epoch: PRODUCER_FENCED (90) for AddPartitions and EndTxn.
-        assert raw_add(s, tid, pid, epoch, topic_name, 0) == [90]
-        assert raw_end(s, tid, pid, epoch, False) == 90
+        # The fenced epoch: INVALID_PRODUCER_EPOCH (47) at these v1 requests (PRODUCER_FENCED, 90, from v2: KIP-588).
+        assert raw_add(s, tid, pid, epoch, topic_name, 0) == [47]
+        assert raw_end(s, tid, pid, epoch, False) == 47
         # The connection still serves; the current producer is unaffected.
         assert raw_add(s, tid, pid, epoch2, topic_name, 0) == [0]
         assert raw_end(s, tid, pid, epoch2, False) == 0

@@ -128,3 +128,42 @@ async fn open_transactional_offsets_stay_pending_across_a_restart() {
     assert_eq!(offsets(&c, "h"), vec![("t".into(), 0, 77)]);
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn require_stable_fetches_wait_for_the_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = open(dir.path(), fast_config());
+    assert_eq!(
+        send(&c, txn_commit("st", 9100, 0, &[("t", 0, 4)])).await,
+        vec![NONE]
+    );
+    let fetch = |stable: bool| {
+        OffsetFetchRequest::default()
+            .with_group_id(s("st").into())
+            .with_require_stable(stable)
+            .with_topics(Some(vec![
+                offset_fetch_request::OffsetFetchRequestTopic::default()
+                    .with_name(s("t").into())
+                    .with_partition_indexes(vec![0, 1]),
+            ]))
+    };
+    let resp = answer(c.offset_fetch(wire(fetch(true), 7), 7).await, 7);
+    let codes: Vec<i16> = resp.topics[0]
+        .partitions
+        .iter()
+        .map(|p| p.error_code)
+        .collect();
+    assert_eq!(
+        codes,
+        vec![88, NONE],
+        "UNSTABLE_OFFSET_COMMIT only where a transaction holds an offset"
+    );
+    let resp = answer(c.offset_fetch(wire(fetch(false), 7), 7).await, 7);
+    assert_eq!(resp.topics[0].partitions[0].error_code, NONE);
+    assert_eq!(resp.topics[0].partitions[0].committed_offset, -1);
+    c.complete_transaction(c.partition_for("st") as i32, 9100, 0, true);
+    let resp = answer(c.offset_fetch(wire(fetch(true), 7), 7).await, 7);
+    assert_eq!(resp.topics[0].partitions[0].error_code, NONE);
+    assert_eq!(resp.topics[0].partitions[0].committed_offset, 4);
+    c.shutdown().await;
+}

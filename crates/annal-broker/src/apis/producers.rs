@@ -36,7 +36,7 @@ pub async fn init_producer_id(
                 .with_producer_id(ProducerId(producer_id))
                 .with_producer_epoch(epoch),
             Err(error) => InitProducerIdResponse::default()
-                .with_error_code(error)
+                .with_error_code(super::txn::fenced_for(header.request_api_version, 4, error))
                 .with_producer_id(ProducerId(-1))
                 .with_producer_epoch(-1),
         };

@@ -15,6 +15,16 @@ use super::s;
 use crate::txn::{code, ListFilter};
 use crate::Broker;
 
+/// KIP-588: PRODUCER_FENCED exists from AddPartitionsToTxn, AddOffsetsToTxn and EndTxn v2 (InitProducerId v4);
+/// older clients get INVALID_PRODUCER_EPOCH, as Kafka's `KafkaApis` maps it.
+pub(crate) fn fenced_for(version: i16, first_with_fenced: i16, error: i16) -> i16 {
+    if error == code::PRODUCER_FENCED && version < first_with_fenced {
+        code::INVALID_PRODUCER_EPOCH
+    } else {
+        error
+    }
+}
+
 /// AddPartitionsToTxn: v0-3 carry one transaction from its producer; v4+ a batch, each possibly verifyOnly
 /// (KIP-890 part 1, from partition leaders).
 pub async fn add_partitions_to_txn(
@@ -32,6 +42,13 @@ pub async fn add_partitions_to_txn(
             &r.v3_and_below_topics,
         )
         .await;
+        let mut results = results;
+        for t in &mut results {
+            for p in &mut t.results_by_partition {
+                p.partition_error_code =
+                    fenced_for(h.request_api_version, 2, p.partition_error_code);
+            }
+        }
         return AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results);
     }
     let mut resp = AddPartitionsToTxnResponse::default();
@@ -122,7 +139,7 @@ async fn add_one(
 /// AddOffsetsToTxn: adds the group's `__consumer_offsets` partition to the transaction.
 pub async fn add_offsets_to_txn(
     b: &Arc<Broker>,
-    _h: &RequestHeader,
+    h: &RequestHeader,
     r: AddOffsetsToTxnRequest,
 ) -> AddOffsetsToTxnResponse {
     if let Err(e) = b.groups.ensure_offsets_topic().await {
@@ -141,10 +158,10 @@ pub async fn add_offsets_to_txn(
         .await
         .err()
         .unwrap_or(code::NONE);
-    AddOffsetsToTxnResponse::default().with_error_code(error)
+    AddOffsetsToTxnResponse::default().with_error_code(fenced_for(h.request_api_version, 2, error))
 }
 
-pub async fn end_txn(b: &Arc<Broker>, _h: &RequestHeader, r: EndTxnRequest) -> EndTxnResponse {
+pub async fn end_txn(b: &Arc<Broker>, h: &RequestHeader, r: EndTxnRequest) -> EndTxnResponse {
     let error = b
         .txn
         .end_txn(
@@ -158,7 +175,7 @@ pub async fn end_txn(b: &Arc<Broker>, _h: &RequestHeader, r: EndTxnRequest) -> E
         .unwrap_or(code::NONE);
     // v5's producer id and epoch are transaction version 2's; at version 1 they stay as they were.
     EndTxnResponse::default()
-        .with_error_code(error)
+        .with_error_code(fenced_for(h.request_api_version, 2, error))
         .with_producer_id(r.producer_id)
         .with_producer_epoch(r.producer_epoch)
 }

@@ -76,6 +76,7 @@ pub mod code {
     pub const FENCED_MEMBER_EPOCH: i16 = 110;
     pub const UNRELEASED_INSTANCE_ID: i16 = 111;
     pub const UNSUPPORTED_ASSIGNOR: i16 = 112;
+    pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
     pub const STALE_MEMBER_EPOCH: i16 = 113;
 }
 
@@ -524,8 +525,26 @@ impl GroupCoordinator {
             if let Err(error) = self.ready(req.group_id.0.as_str()).await {
                 return offsets::fetch_error(&req, api_version, error);
             }
-            return self.shared.state.lock().offset_fetch(req, api_version);
+            let require_stable = api_version >= 7 && req.require_stable;
+            let group = req.group_id.0.to_string();
+            let state = self.shared.state.lock();
+            let mut resp = state.offset_fetch(req, api_version);
+            if require_stable {
+                for t in &mut resp.topics {
+                    for p in &mut t.partitions {
+                        if state.has_pending_txn_offset(
+                            &group,
+                            t.name.0.as_str(),
+                            p.partition_index,
+                        ) {
+                            p.error_code = code::UNSTABLE_OFFSET_COMMIT;
+                        }
+                    }
+                }
+            }
+            return resp;
         }
+        let require_stable = req.require_stable;
         let ids: Vec<String> = req
             .groups
             .iter()
@@ -544,7 +563,25 @@ impl GroupCoordinator {
                 ),
             }
         }
-        let mut resp = self.shared.state.lock().offset_fetch(served, api_version);
+        let state = self.shared.state.lock();
+        let mut resp = state.offset_fetch(served, api_version);
+        if require_stable {
+            // KIP-447: an offset a transaction may still change is not answered; the client retries.
+            for g in &mut resp.groups {
+                for t in &mut g.topics {
+                    for p in &mut t.partitions {
+                        if state.has_pending_txn_offset(
+                            &g.group_id.0,
+                            t.name.0.as_str(),
+                            p.partition_index,
+                        ) {
+                            p.error_code = code::UNSTABLE_OFFSET_COMMIT;
+                        }
+                    }
+                }
+            }
+        }
+        drop(state);
         resp.groups.extend(refused);
         resp
     }

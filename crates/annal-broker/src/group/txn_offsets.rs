@@ -185,6 +185,16 @@ impl State {
         resp
     }
 
+    /// Whether an open transaction holds an offset of `group` for `topic`-`partition` (OffsetFetch with
+    /// `require_stable` answers UNSTABLE_OFFSET_COMMIT for it, KIP-447).
+    pub fn has_pending_txn_offset(&self, group: &str, topic: &str, partition: i32) -> bool {
+        let key = (group.to_string(), topic.to_string(), partition);
+        self.txn_pending
+            .by_producer
+            .values()
+            .any(|pending| pending.contains_key(&key))
+    }
+
     /// A transaction marker of `producer_id` reached `partition`: its pending offsets become the groups'
     /// committed offsets (COMMIT) or are dropped (ABORT). Returns how many offsets it applied.
     pub fn complete_transaction(

@@ -447,8 +447,12 @@ pub(super) fn complete_in_background(
             if m.state != prepared.state || m.producer_epoch != prepared.producer_epoch {
                 return;
             }
-            // A request may hold `pending` briefly (it answers CONCURRENT_TRANSACTIONS and leaves it unset), but
-            // nothing else moves a prepared transaction; wait for it below if set.
+            // Nothing but this task moves a prepared transaction (requests answer CONCURRENT_TRANSACTIONS without
+            // touching it), so no write of another can be in flight.
+            debug_assert!(
+                m.pending.is_none(),
+                "a write in flight on a prepared transaction"
+            );
             let mut next = m.clone();
             next.state = if commit {
                 TxnState::CompleteCommit
