@@ -342,6 +342,7 @@ async fn a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced() {
 }
 
 /// A transactional produce of `values` to `topic`-`partition` (sequence from 0 at each new epoch).
+#[allow(clippy::too_many_arguments)] // each argument is a field of the request the test varies
 async fn produce_txn(
     c: &mut Client,
     id: &str,
