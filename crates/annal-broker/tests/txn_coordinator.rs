@@ -414,7 +414,15 @@ async fn txn_offset_commit(
                         .with_committed_leader_epoch(-1),
                 ]),
         ]);
-    c.call(&req, 3).await.topics[0].partitions[0].error_code
+    // The group's partition may have been created a moment ago: retry NOT_COORDINATOR and loading, as clients do.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let error = c.call(&req, 3).await.topics[0].partitions[0].error_code;
+        if !(14..=16).contains(&error) || std::time::Instant::now() > deadline {
+            return error;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 async fn add_offsets(c: &mut Client, id: &str, group: &str, pid: i64, epoch: i16) -> i16 {
