@@ -372,3 +372,68 @@ def test_raw_bad_sequences_get_kafkas_error_codes(broker, topic_name):
         # The connection still serves; the current producer is unaffected.
         assert raw_add(s, tid, pid, epoch2, topic_name, 0) == [0]
         assert raw_end(s, tid, pid, epoch2, False) == 0
+
+
+# ---------------------------------------------------------------- a 3-node cluster: replicated __transaction_state
+
+
+@pytest.fixture(scope="module")
+def txn_cluster(tmp_path_factory):
+    from cluster import Cluster
+    c = Cluster(tmp_path_factory.mktemp("txn-cluster"), size=3)
+    try:
+        c.start()
+    except BaseException:
+        c.close()
+        raise
+    yield c
+    c.close()
+
+
+@pytest.mark.cluster
+def test_coordinator_failover_on_a_cluster(txn_cluster):
+    """Commit and abort on RF-3 topics; kill -9 the transaction coordinator: another broker replays the replicated
+    `__transaction_state` partition, fences by epoch, and the next transactions commit."""
+    c = txn_cluster
+    topic = f"it-txn-cluster-{uuid.uuid4().hex[:8]}"
+    node = c.live_nodes()[0]
+    admin = ck.admin.AdminClient({"bootstrap.servers": node.bootstrap})
+    fs = admin.create_topics([ck.admin.NewTopic(topic, num_partitions=2, replication_factor=3)], operation_timeout=30)
+    fs[topic].result(timeout=60)
+    bootstrap = ",".join(n.bootstrap for n in c.live_nodes())
+
+    class Via:  # what txn_producer / describe_row / read_committed need of a broker
+        pass
+    via = Via()
+    via.bootstrap = bootstrap
+    tid = txn_id("it-txn-cluster")
+    p = txn_producer(via, tid, **{"acks": "all"})
+    p.init_transactions(TIMEOUT_S)
+    p.begin_transaction()
+    p.produce(topic, value="one", partition=0)
+    p.produce(topic, value="one", partition=1)
+    p.commit_transaction(TIMEOUT_S)
+    p.begin_transaction()
+    p.produce(topic, value="aborted", partition=0)
+    p.flush(TIMEOUT_S)
+    p.abort_transaction(TIMEOUT_S)
+    before = wait_describe(via, tid, "CompleteAbort")
+    coordinator = c.node(int(before["CoordinatorId"]))
+    coordinator.kill()
+    via.bootstrap = ",".join(n.bootstrap for n in c.live_nodes())
+    # A restarted application: InitProducerId on the new coordinator, from the replayed state.
+    p2 = txn_producer(via, tid, **{"acks": "all"})
+    p2.init_transactions(TIMEOUT_S * 2)
+    row = describe_row(via, tid)
+    assert row["CoordinatorId"] != before["CoordinatorId"], row
+    assert row["ProducerId"] == before["ProducerId"] and int(row["ProducerEpoch"]) > int(before["ProducerEpoch"]), row
+    p2.begin_transaction()
+    p2.produce(topic, value="two", partition=0)
+    p2.commit_transaction(TIMEOUT_S)
+    consumer = read_committed(via, topic, partitions=(0, 1))
+    try:
+        got = values_until_eof(consumer, partitions=2)
+    finally:
+        consumer.close()
+    assert sorted(got) == ["one", "one", "two"], got
+    c.heal()
