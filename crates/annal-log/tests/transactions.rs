@@ -330,3 +330,78 @@ fn a_follower_replays_markers_and_indexes_aborts() {
         std::fs::read(txnindex_path(leader_dir.path(), 0)).unwrap()
     );
 }
+
+#[test]
+fn cleaning_carries_the_aborted_transaction_index_into_the_cleaned_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        compact: true,
+        min_cleanable_dirty_ratio: 0.0,
+        ..LogConfig::default()
+    };
+    let mut log = Log::open(dir.path(), config.clone()).unwrap();
+    let keyed = |producer_id: i64, sequence: i32| {
+        build_batch(
+            &[(Some(b"k".as_slice()), Some(b"v".as_slice()))],
+            &[TS],
+            ProducerFields {
+                producer_id,
+                producer_epoch: 0,
+                base_sequence: sequence,
+                transactional: true,
+            },
+        )
+    };
+    // Segment 0: producer 1 aborts. Segment 2: producer 2 aborts. Then an active segment.
+    log.append(&mut keyed(1, 0), &client()).unwrap(); // 0
+    marker(&mut log, 1, 0, TxnOutcome::Abort, 0).unwrap(); // 1
+    log.roll().unwrap();
+    log.append(&mut keyed(2, 0), &client()).unwrap(); // 2
+    marker(&mut log, 2, 0, TxnOutcome::Abort, 0).unwrap(); // 3
+    log.roll().unwrap();
+    log.append(&mut keyed(3, 0), &client()).unwrap(); // 4, active
+    let before = log.aborted_transaction_entries();
+    assert_eq!(before.len(), 2);
+    let cleaner = annal_log::Cleaner::new(annal_log::CleanerConfig::default());
+    assert!(matches!(
+        log.clean(&cleaner, TS, None).unwrap(),
+        Some(annal_log::CleanOutcome::Swapped(_))
+    ));
+    // The two cleaned segments merged into one at base 0, which holds both entries; 2's index went with it.
+    assert_eq!(log.aborted_transaction_entries(), before);
+    assert!(txnindex_path(dir.path(), 0).exists());
+    assert!(!txnindex_path(dir.path(), 2).exists());
+    assert_eq!(
+        std::fs::metadata(txnindex_path(dir.path(), 0))
+            .unwrap()
+            .len(),
+        68
+    );
+    assert_eq!(log.aborted_transactions(0, 5), vec![(1, 0), (2, 2)]);
+    drop(log);
+    let log = Log::open(dir.path(), config).unwrap();
+    assert_eq!(log.aborted_transaction_entries(), before);
+}
+
+#[test]
+fn a_read_reports_where_its_slice_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), LogConfig::default()).unwrap();
+    log.append(&mut txn_batch(1, 0, 0, 2), &client()).unwrap(); // 0..=1
+    log.append(&mut txn_batch(1, 0, 2, 3), &client()).unwrap(); // 2..=4
+    let read = log.read(0, 1, None).unwrap();
+    assert_eq!(
+        read.slice_end_offset,
+        Some(2),
+        "one batch: the next starts at 2"
+    );
+    assert_eq!(
+        log.read(0, 1 << 20, None).unwrap().slice_end_offset,
+        Some(5)
+    );
+    assert_eq!(
+        log.read(0, 1 << 20, Some(2)).unwrap().slice_end_offset,
+        Some(2)
+    );
+    assert_eq!(log.read(5, 1 << 20, None).unwrap().slice_end_offset, None);
+}

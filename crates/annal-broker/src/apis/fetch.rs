@@ -236,9 +236,11 @@ async fn answer(
                         k,
                         p.error_code,
                         records,
-                        p.high_watermark,
-                        p.log_start_offset,
-                        p.last_stable_offset,
+                        fetch_session::ToldOffsets {
+                            high_watermark: p.high_watermark,
+                            log_start: p.log_start_offset,
+                            last_stable_offset: p.last_stable_offset,
+                        },
                     )
                 });
                 if !topic.partitions.is_empty() {

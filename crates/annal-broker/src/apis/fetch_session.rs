@@ -19,6 +19,14 @@ pub struct Key {
     pub partition: i32,
 }
 
+/// The offsets a partition's fetch response tells the client; a change of any is news.
+#[derive(Debug, Clone, Copy)]
+pub struct ToldOffsets {
+    pub high_watermark: i64,
+    pub log_start: i64,
+    pub last_stable_offset: i64,
+}
+
 #[derive(Debug, Clone)]
 pub struct Cached {
     pub fetch_offset: i64,
@@ -159,10 +167,13 @@ impl FetchSessions {
         key: &Key,
         error: i16,
         records: usize,
-        high_watermark: i64,
-        log_start: i64,
-        last_stable_offset: i64,
+        offsets: ToldOffsets,
     ) -> bool {
+        let ToldOffsets {
+            high_watermark,
+            log_start,
+            last_stable_offset,
+        } = offsets;
         let mut guard = self.inner.lock();
         let Some(cached) = guard.1.get_mut(&id).and_then(|s| s.parts.get_mut(key)) else {
             return true;

@@ -496,6 +496,8 @@ impl Partition {
             .config
             .durable
             .then(|| self.group_commit().durable(info.last_offset));
+        // Keeps the ended-transaction list short on a leader nobody reads read_committed from.
+        log.on_high_watermark(self.high_watermark.load(Ordering::Acquire));
         drop(log);
         drop(state);
         if !info.duplicate {
@@ -889,6 +891,8 @@ impl Partition {
                 .map_err(storage)?;
         }
         let hw = leader_hw.min(log.log_end_offset());
+        // Ended transactions whose markers are committed no longer hold the follower's LSO back.
+        log.on_high_watermark(hw);
         drop(log);
         drop(state);
         if self.high_watermark.fetch_max(hw, Ordering::AcqRel) < hw {
