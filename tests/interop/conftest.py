@@ -18,6 +18,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "annal_only: a check Kafka does not make (skipped with INTEROP_BROKER=kafka)")
     config.addinivalue_line("markers", "faults: fault-injection scenarios with the queue-anomaly checker (issue 10, "
                                        "test_faults.py); cluster tests, so they run with INTEROP_CLUSTER=1")
+    config.addinivalue_line("markers", "transactions: transactional producers, read_committed, the transaction "
+                                       "coordinator (issue 12)")
 
 
 def pytest_collection_modifyitems(config, items):

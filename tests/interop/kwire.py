@@ -544,3 +544,103 @@ def produce_with_hints(node, topic, partition, value=b"hint", version=10, timeou
             else:
                 r.take(size)
         return out
+
+
+# ---------------------------------------------------------------- transactions, partition side (issue 12)
+
+API_WRITE_TXN_MARKERS = 27
+FLEXIBLE_FROM[API_WRITE_TXN_MARKERS] = 1
+ATTR_TRANSACTIONAL = 0x10
+
+
+def producer_batch(values, producer_id, epoch, base_sequence, attributes=ATTR_TRANSACTIONAL,
+                   base_timestamp=1_700_000_000_000):
+    """An uncompressed v2 batch of an idempotent (by default transactional) producer, base offset 0."""
+    recs = b"".join(record(i, None, v, timestamp_delta=i) for i, v in enumerate(values))
+    last_delta = len(values) - 1
+    after_crc = struct.pack(">hiqqqhii", attributes, last_delta, base_timestamp, base_timestamp + last_delta,
+                            producer_id, epoch, base_sequence, len(values)) + recs
+    from kafka.record.util import calc_crc32c
+    after_length = struct.pack(">ibI", -1, 2, calc_crc32c(after_crc)) + after_crc
+    return struct.pack(">qi", 0, len(after_length)) + after_length
+
+
+def txn_produce(node, transactional_id, topic, partition, records, version=9, timeout=10.0):
+    """Produce (flexible, acks=all) carrying a transactional id: (error_code, base_offset)."""
+    body = string(transactional_id, True) + struct.pack(">hi", -1, 10000)
+    body += array_len(1, True) + string(topic, True) + array_len(1, True)
+    body += struct.pack(">i", partition) + nbytes(records, True) + TAGS_NONE + TAGS_NONE + TAGS_NONE
+    with connect(node, timeout=timeout) as s:
+        r = roundtrip(s, API_PRODUCE, version, 1, body)
+        _, _, error, base_offset = parse_produce(r, version)
+        return error, base_offset
+
+
+def write_txn_markers(node, markers, timeout=35.0):
+    """WriteTxnMarkers v1. markers: [(producer_id, epoch, commit, coordinator_epoch, {topic: [partitions]})].
+    Returns {(producer_id, topic, partition): error_code}."""
+    body = array_len(len(markers), True)
+    for producer_id, epoch, commit, coordinator_epoch, topics in markers:
+        body += struct.pack(">qhb", producer_id, epoch, 1 if commit else 0) + array_len(len(topics), True)
+        for topic, partitions in topics.items():
+            body += string(topic, True) + array_len(len(partitions), True)
+            body += b"".join(struct.pack(">i", p) for p in partitions) + TAGS_NONE
+        body += struct.pack(">i", coordinator_epoch) + TAGS_NONE
+    body += TAGS_NONE
+    out = {}
+    with connect(node, timeout=timeout) as s:
+        r = roundtrip(s, API_WRITE_TXN_MARKERS, 1, 1, body)
+        for _ in range(r.array_len(True)):
+            producer_id = r.i64()
+            for _ in range(r.array_len(True)):
+                topic = r.string(True)
+                for _ in range(r.array_len(True)):
+                    partition, error = r.i32(), r.i16()
+                    r.skip_tags()
+                    out[(producer_id, topic, partition)] = error
+                r.skip_tags()
+            r.skip_tags()
+        r.skip_tags()
+    return out
+
+
+def fetch_isolated(node, topic, partition, offset, isolation, version=12, max_wait_ms=0, timeout=10.0):
+    """Fetch v12 with an isolation level (0 read_uncommitted, 1 read_committed): {error, high_watermark,
+    last_stable_offset, log_start_offset, aborted (list of (producer_id, first_offset), or None), records}."""
+    body = bytearray(fetch_body(version, topic, partition, offset, max_wait_ms=max_wait_ms))
+    body[16] = isolation  # replica id, max wait, min bytes, max bytes (4 bytes each), then isolation_level
+    with connect(node, timeout=timeout) as s:
+        r = roundtrip(s, API_FETCH, version, 1, bytes(body))
+        r.i32()  # throttle
+        assert r.i16() == 0, "fetch top-level error"
+        r.i32()  # session id
+        assert r.array_len(True) == 1
+        r.string(True)
+        assert r.array_len(True) == 1
+        r.i32()
+        out = {"error": r.i16(), "high_watermark": r.i64(), "last_stable_offset": r.i64(),
+               "log_start_offset": r.i64()}
+        n = r.array_len(True)
+        aborted = None if n < 0 else []
+        for _ in range(max(n, 0)):
+            aborted.append((r.i64(), r.i64()))
+            r.skip_tags()
+        out["aborted"] = aborted
+        r.i32()  # preferred read replica
+        out["records"] = r.nbytes(True) or b""
+        return out
+
+
+def list_offset(node, topic, partition, timestamp=-1, isolation=0, version=7, timeout=10.0):
+    """ListOffsets v7 for one partition: (error_code, offset)."""
+    body = struct.pack(">ib", -1, isolation) + array_len(1, True) + string(topic, True) + array_len(1, True)
+    body += struct.pack(">iiq", partition, -1, timestamp) + TAGS_NONE + TAGS_NONE + TAGS_NONE
+    with connect(node, timeout=timeout) as s:
+        r = roundtrip(s, API_LIST_OFFSETS, version, 1, body)
+        r.i32()  # throttle
+        assert r.array_len(True) == 1
+        r.string(True)
+        assert r.array_len(True) == 1
+        r.i32()
+        error, _ts, offset = r.i16(), r.i64(), r.i64()
+        return error, offset

@@ -24,6 +24,7 @@ mod producer_ids;
 mod replica;
 mod server;
 mod topic_config;
+pub mod txn;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,6 +50,8 @@ pub struct Broker {
     cluster: Arc<cluster::ClusterRuntime>,
     /// Consumer groups and committed offsets (the `__consumer_offsets` partitions this broker leads).
     groups: Arc<group::GroupCoordinator>,
+    /// Transactions (the `__transaction_state` partitions this broker leads).
+    txn: Arc<txn::TxnCoordinator>,
     /// The host and port clients are told to connect to.
     advertised: (String, u16),
     /// KIP-227 incremental fetch sessions.
@@ -79,6 +82,10 @@ impl Broker {
 
     pub fn groups(&self) -> &Arc<group::GroupCoordinator> {
         &self.groups
+    }
+
+    pub fn txn(&self) -> &Arc<txn::TxnCoordinator> {
+        &self.txn
     }
 
     /// The host and port clients are told to connect to.
@@ -229,16 +236,34 @@ pub async fn start(
         )
         .await?;
     let cluster = Arc::new(cluster);
+    let txn_routes = Arc::new(cluster::ClusterTxnRoutes::new(
+        cluster.clone(),
+        config.node_id,
+        config.cluster.listeners.inter_broker_name.clone(),
+    ));
+    let txn = txn::TxnCoordinator::start(
+        replica_manager.clone(),
+        Arc::new(cluster::ControllerOffsetsTopic::new(
+            &cluster,
+            replica_manager.clone(),
+        )),
+        txn_routes.clone(),
+        txn_routes,
+        config.transactions.clone(),
+    )?;
     {
         // The coordinator follows leadership: each applied image may make this broker leader (or not) of
         // `__consumer_offsets` partitions.
         let mut applied = cluster.watch_applied();
         let groups = groups.clone();
+        let txn = txn.clone();
         tokio::spawn(async move {
             // The images applied before this subscription (start-up waited for the first) count too.
             groups.reconcile();
+            txn.reconcile();
             while applied.changed().await.is_ok() {
                 groups.reconcile();
+                txn.reconcile();
             }
         });
     }
@@ -249,6 +274,7 @@ pub async fn start(
         replica_manager,
         cluster,
         groups,
+        txn,
         advertised,
         fetch_sessions,
         health: Default::default(),
@@ -331,6 +357,7 @@ impl Started {
         broker.cluster.shutdown().await;
         tracing::info!("flushing and closing partitions");
         groups.shutdown().await;
+        broker.txn.shutdown().await;
         let broker_epoch = broker.cluster.lease().broker_epoch;
         let data_dir = broker.config.data_dir.clone();
         let broker = Arc::try_unwrap(broker).map_err(|_| ()).ok();

@@ -298,6 +298,25 @@ async fn every_advertised_version_answers() {
         tested.insert((ApiKey::DescribeLogDirs as i16, v));
     }
 
+    {
+        // After the offset checks above. A COMMIT marker for a producer the partition has not seen: written (see tests/transactions.rs).
+        let req = WriteTxnMarkersRequest::default().with_markers(vec![
+            write_txn_markers_request::WritableTxnMarker::default()
+                .with_producer_id(ProducerId(4242))
+                .with_producer_epoch(0)
+                .with_transaction_result(true)
+                .with_coordinator_epoch(0)
+                .with_topics(vec![
+                    write_txn_markers_request::WritableTxnMarkerTopic::default()
+                        .with_name(name(T))
+                        .with_partition_indexes(vec![0]),
+                ]),
+        ]);
+        let resp = c.call(&req, 1).await;
+        assert_eq!(resp.markers[0].topics[0].partitions[0].error_code, 0);
+        tested.insert((ApiKey::WriteTxnMarkers as i16, 1));
+    }
+
     for v in 0..=2 {
         let req = DeleteRecordsRequest::default()
             .with_timeout_ms(1000)
@@ -330,6 +349,7 @@ async fn every_advertised_version_answers() {
     }
 
     common::group_versions::exercise_group_apis(&mut c, T, &mut tested).await;
+    common::txn::exercise_txn_apis(&mut c, T, &mut tested).await;
 
     // The APIs the active controller answers (ElectLeaders, reassignments, DescribeQuorum: the broker forwards
     // them) are proven by the cluster interop tests (test_elections.py, test_cluster.py, the Kafka tools), which

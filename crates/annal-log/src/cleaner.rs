@@ -15,7 +15,9 @@
 //! horizon (KIP-534: set to `now + delete.retention.ms` the first time a pass keeps it) has passed; records
 //! without a key are removed (Kafka does the same). Offsets never change: a cleaned batch keeps its base offset,
 //! last offset and producer fields (so idempotent producers' sequences survive), and the log has gaps.
-//! Control batches and transactional batches are kept as they are: Annal has no transactions yet.
+//! Control batches and transactional batches are kept as they are (Kafka removes aborted records and, after the
+//! delete horizon, markers; Annal does not yet). The aborted-transaction indexes of a group's segments are
+//! carried into the cleaned segment.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -245,6 +247,16 @@ impl Cleaner {
                     }
                     Ok(())
                 })?;
+            }
+            // Markers are always kept, so every aborted transaction of the group still ends in the new segment.
+            for snapshot in &group {
+                let path = crate::txn_index::TxnIndex::path_in(&task.dir, snapshot.base_offset);
+                for entry in crate::txn_index::TxnIndex::read_entries(&path, snapshot.next_offset)?
+                {
+                    if !out.is_empty() && entry.last_offset < out.next_offset() {
+                        out.append_aborted_txn(entry)?;
+                    }
+                }
             }
             let old = group.iter().map(|s| (s.base_offset, s.size)).collect();
             if out.is_empty() {
@@ -669,7 +681,7 @@ pub(crate) mod swap {
     use crate::segment::file_name;
 
     pub const MANIFEST: &str = "cleaner.swap";
-    const SUFFIXES: [&str; 3] = ["log", "index", "timeindex"];
+    const SUFFIXES: [&str; 4] = ["log", "index", "timeindex", "txnindex"];
 
     #[derive(Debug, Default, PartialEq, Eq)]
     pub struct Manifest {

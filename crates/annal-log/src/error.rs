@@ -36,6 +36,18 @@ pub enum LogError {
         epoch: i16,
         current: i16,
     },
+    /// A producer broke the transaction protocol, such as a non-transactional batch while its transaction is
+    /// open (Kafka: INVALID_TXN_STATE).
+    #[error("producer {producer_id}: {reason}; end the transaction (commit or abort) before writing outside it")]
+    InvalidTxnState { producer_id: i64, reason: String },
+    /// A transaction marker from a coordinator older than the last one that wrote for this producer
+    /// (Kafka: TRANSACTION_COORDINATOR_FENCED; the stale coordinator must stop).
+    #[error("producer {producer_id}: a marker from coordinator epoch {coordinator_epoch} is older than epoch {current}, which already wrote one; the sending coordinator was fenced")]
+    TransactionCoordinatorFenced {
+        producer_id: i64,
+        coordinator_epoch: i32,
+        current: i32,
+    },
     /// A producer whose state this partition does not know, sending a non-initial sequence
     /// (Kafka: UNKNOWN_PRODUCER_ID; clients reset their sequence).
     #[error("producer {producer_id} is unknown to this partition (its state expired or was removed) and sent sequence {sequence}")]

@@ -23,6 +23,7 @@ pub mod batch;
 mod checkpoint;
 mod cleaner;
 mod config;
+pub mod control;
 mod error;
 mod group_commit;
 mod index;
@@ -32,6 +33,7 @@ pub mod records;
 mod roll_flush;
 mod segment;
 mod slice;
+mod txn_index;
 
 pub use crate::cleaner::{
     CleanOutcome, CleanStats, CleanTask, Cleanable, CleanedLog, Cleaner, CleanerConfig,
@@ -43,6 +45,7 @@ pub use crate::log::{
     AppendInfo, AppendOptions, AppendOrigin, Log, LogRead, SegmentInfo, SyncHandle, TimestampType,
 };
 pub use crate::slice::FileSlice;
+pub use crate::txn_index::AbortedTxn;
 
 /// Result alias for engine operations.
 pub type Result<T, E = LogError> = std::result::Result<T, E>;

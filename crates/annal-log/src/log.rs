@@ -10,11 +10,13 @@ use crate::batch::{self, BatchHeader};
 use crate::checkpoint::{self, Checkpoint};
 use crate::cleaner::{self, CleanOutcome, CleanTask, Cleanable, CleanedLog, SegmentSnapshot};
 use crate::config::LogConfig;
+use crate::control::{self, EndTxnMarker, TxnOutcome};
 use crate::error::LogError;
-use crate::producer::{ProducerStateManager, SequenceCheck};
+use crate::producer::{CompletedTxn, ProducerStateManager, SequenceCheck};
 use crate::roll_flush::{FlushFailure, Gate, RollFlush};
 use crate::segment::{self, Segment};
 use crate::slice::FileSlice;
+use crate::txn_index::AbortedTxn;
 
 /// Which clock stamps a batch: the producer's (`CreateTime`) or the broker's at append (`LogAppendTime`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -77,6 +79,9 @@ pub struct AppendInfo {
 pub struct LogRead {
     /// Whole batches; `None` when nothing is available at the offset (yet).
     pub slice: Option<FileSlice>,
+    /// The offset the slice ends at (the next batch's base offset), when there is a slice: the upper bound of
+    /// the aborted transactions a read_committed fetch of it reports.
+    pub slice_end_offset: Option<i64>,
     pub log_start_offset: i64,
     pub log_end_offset: i64,
 }
@@ -153,11 +158,17 @@ impl Log {
         };
 
         let mut segments = BTreeMap::new();
+        // The base of the first segment recovered (scanned) by this open: producer state must be replayed from
+        // at or before it, so the transaction indexes of recovered segments get back every ABORT they hold.
+        let mut first_recovered: Option<i64> = None;
         let mut previous_next: Option<i64> = None;
         let mut iter = bases.iter().copied().peekable();
         while let Some(base) = iter.next() {
             let recover = first_to_recover.is_some_and(|first| base >= first);
             let (seg, report) = Segment::open(dir, base, &config, recover)?;
+            if report.rebuilt_indexes.is_some() && first_recovered.is_none() {
+                first_recovered = Some(base);
+            }
             if let Some(reason) = &report.rebuilt_indexes {
                 tracing::info!(dir = %dir.display(), base_offset = base, reason = %reason, "rebuilt segment indexes");
             }
@@ -210,13 +221,19 @@ impl Log {
             roll_flush_gate: None,
             first_dirty_offset: cleaner::read_checkpoint(dir).unwrap_or(0).min(log_end),
         };
-        log.load_producer_state(&snapshots)?;
+        log.load_producer_state(&snapshots, first_recovered)?;
         log.write_checkpoint(false)?;
         Ok(log)
     }
 
-    /// Rebuilds producer state: the newest usable snapshot at or below the log end, then the batch headers after it.
-    fn load_producer_state(&mut self, snapshots: &[i64]) -> crate::Result<()> {
+    /// Rebuilds producer state: the newest usable snapshot at or below the log end (and at or below
+    /// `replay_from_at_most`, when segments were recovered), then the batches after it. Transaction markers
+    /// replayed end their transactions; an ABORT missing from its segment's transaction index is added.
+    fn load_producer_state(
+        &mut self,
+        snapshots: &[i64],
+        replay_from_at_most: Option<i64>,
+    ) -> crate::Result<()> {
         let log_end = self.log_end_offset();
         let mut from = self.log_start_offset;
         self.producers = ProducerStateManager::default();
@@ -224,6 +241,9 @@ impl Log {
             let path = self.dir.join(segment::file_name(offset, "snapshot"));
             if offset > log_end {
                 let _ = std::fs::remove_file(&path);
+                continue;
+            }
+            if replay_from_at_most.is_some_and(|bound| offset > bound) {
                 continue;
             }
             match std::fs::read(&path)
@@ -241,8 +261,24 @@ impl Log {
             }
         }
         let producers = &mut self.producers;
-        for seg in self.segments.values().filter(|s| s.next_offset() > from) {
-            seg.for_each_header(from, |h| producers.replay(h))?;
+        for seg in self
+            .segments
+            .values_mut()
+            .filter(|s| s.next_offset() > from)
+        {
+            let mut aborted = Vec::new();
+            seg.for_each_header(from, |h, marker| {
+                if let Some(completed) = producers.replay(h, marker) {
+                    if completed.outcome == TxnOutcome::Abort {
+                        aborted.push(aborted_entry(producers, &completed));
+                    }
+                    producers.record_completed(completed);
+                }
+            })?;
+            let indexed = seg.txn_index().last_marker_offset().unwrap_or(i64::MIN);
+            for entry in aborted.into_iter().filter(|e| e.last_offset > indexed) {
+                seg.append_aborted_txn(entry)?;
+            }
         }
         Ok(())
     }
@@ -324,13 +360,26 @@ impl Log {
         let validated = batch::validate_batches(batches, self.config.max_message_bytes)?;
         let mut staged = HashMap::new();
         let mut provisional_offset = self.log_end_offset();
+        let mut markers: Vec<Option<EndTxnMarker>> = Vec::with_capacity(validated.len());
         for v in &validated {
-            if v.header.is_control() && opts.origin == AppendOrigin::Client {
-                return Err(LogError::InvalidRecord {
-                    position: v.position,
-                    reason: "clients may not write control batches".into(),
-                });
+            if v.header.is_control() {
+                if opts.origin == AppendOrigin::Client {
+                    return Err(LogError::InvalidRecord {
+                        position: v.position,
+                        reason: "clients may not write control batches".into(),
+                    });
+                }
+                let marker = transaction_marker(batches, v)?;
+                self.producers.check_marker(&v.header, &marker, &staged)?;
+                let mut provisional = v.header;
+                provisional.base_offset = provisional_offset;
+                provisional_offset = provisional.next_offset();
+                self.producers
+                    .stage(&provisional, Some(&marker), &mut staged);
+                markers.push(Some(marker));
+                continue;
             }
+            markers.push(None);
             if let SequenceCheck::Duplicate(meta) = self.producers.check(&v.header, &staged)? {
                 return Ok(AppendInfo {
                     first_offset: meta.first_offset,
@@ -346,7 +395,7 @@ impl Log {
             let mut provisional = v.header;
             provisional.base_offset = provisional_offset;
             provisional_offset = provisional.next_offset();
-            self.producers.stage(&provisional, &mut staged);
+            self.producers.stage(&provisional, None, &mut staged);
         }
 
         let total_records: i64 = validated
@@ -381,11 +430,13 @@ impl Log {
         }
         self.active_mut().append(batches, &headers)?;
 
-        let mut staged = HashMap::new();
-        for header in &headers {
-            self.producers.stage(header, &mut staged);
+        // Batch by batch, so an abort's index entry sees the transactions open right after its marker.
+        for (header, marker) in headers.iter().zip(&markers) {
+            let mut staged = HashMap::new();
+            let completed = self.producers.stage(header, marker.as_ref(), &mut staged);
+            self.producers.commit(staged);
+            self.complete_transaction(completed)?;
         }
-        self.producers.commit(staged);
 
         self.unflushed_records += total_records as u64;
         self.first_unflushed_ms.get_or_insert(opts.now_ms);
@@ -443,9 +494,20 @@ impl Log {
         let incoming_offsets = last_offset + 1 - first_offset;
         self.maybe_roll(batches.len() as u64, incoming_offsets, max_timestamp)?;
         let headers: Vec<BatchHeader> = validated.iter().map(|v| v.header).collect();
+        // The leader validated its markers; one that does not read as a marker here changes no state.
+        let markers: Vec<Option<EndTxnMarker>> = validated
+            .iter()
+            .map(|v| {
+                v.header
+                    .is_control()
+                    .then(|| transaction_marker(batches, v).ok())
+                    .flatten()
+            })
+            .collect();
         self.active_mut().append(batches, &headers)?;
-        for h in &headers {
-            self.producers.replay(h);
+        for (h, marker) in headers.iter().zip(&markers) {
+            let completed = self.producers.replay(h, marker.as_ref());
+            self.complete_transaction(completed)?;
         }
         self.unflushed_records += total_records as u64;
         self.first_unflushed_ms.get_or_insert(now_ms);
@@ -461,6 +523,71 @@ impl Log {
             duplicate: false,
             records_count: total_records as u64,
         })
+    }
+
+    /// Records a transaction that a marker just appended to the active segment ended: it is remembered until the
+    /// high watermark passes its marker, and an ABORT gets its transaction index entry.
+    fn complete_transaction(&mut self, completed: Option<CompletedTxn>) -> crate::Result<()> {
+        let Some(txn) = completed else {
+            return Ok(());
+        };
+        self.producers.record_completed(txn);
+        if txn.outcome == TxnOutcome::Abort {
+            let entry = aborted_entry(&self.producers, &txn);
+            self.active_mut().append_aborted_txn(entry)?;
+        }
+        Ok(())
+    }
+
+    /// The first unstable offset (the start of the oldest transaction not yet ended, or ended by a marker at or
+    /// past `high_watermark`), if any. The last stable offset is [`Log::last_stable_offset`].
+    pub fn first_unstable_offset(&self, high_watermark: i64) -> Option<i64> {
+        self.producers.first_unstable_offset(high_watermark)
+    }
+
+    /// The last stable offset: read_committed consumers read below it, `min(high watermark, first unstable)`.
+    pub fn last_stable_offset(&self, high_watermark: i64) -> i64 {
+        self.first_unstable_offset(high_watermark)
+            .map_or(high_watermark, |first| first.min(high_watermark))
+    }
+
+    /// Tells the log its partition's high watermark: ended transactions whose markers are below it no longer
+    /// hold the last stable offset back.
+    pub fn on_high_watermark(&mut self, high_watermark: i64) {
+        self.producers.on_high_watermark(high_watermark);
+    }
+
+    /// The aborted transactions overlapping `[from_offset, upper_offset)`, oldest marker first, as
+    /// `(producer id, first offset)` for a read_committed fetch's `aborted_transactions`. Reads only the
+    /// in-memory transaction indexes of the segments from the one holding `from_offset` on, and stops at the
+    /// first entry whose last stable offset passes `upper_offset` (no later entry can overlap).
+    pub fn aborted_transactions(&self, from_offset: i64, upper_offset: i64) -> Vec<(i64, i64)> {
+        let first = self
+            .segments
+            .range(..=from_offset)
+            .next_back()
+            .map_or(i64::MIN, |(b, _)| *b);
+        let mut found = Vec::new();
+        for seg in self.segments.range(first..).map(|(_, s)| s) {
+            if seg
+                .txn_index()
+                .collect(from_offset, upper_offset, &mut found)
+            {
+                break;
+            }
+        }
+        found
+            .into_iter()
+            .map(|t| (t.producer_id, t.first_offset))
+            .collect()
+    }
+
+    /// Every aborted transaction indexed in the log, oldest first (inspection tools and tests).
+    pub fn aborted_transaction_entries(&self) -> Vec<AbortedTxn> {
+        self.segments
+            .values()
+            .flat_map(|s| s.txn_index().entries().iter().copied())
+            .collect()
     }
 
     /// Rolls to a new segment when the active one cannot take `incoming_bytes` more, spans more than
@@ -605,6 +732,7 @@ impl Log {
         }
         let upper = upper_bound.unwrap_or(log_end).min(log_end);
         let mut slice = None;
+        let mut slice_end_offset = None;
         if offset < upper {
             let first = self
                 .segments
@@ -612,14 +740,16 @@ impl Log {
                 .next_back()
                 .map_or(i64::MIN, |(b, _)| *b);
             for seg in self.segments.range(first..).map(|(_, s)| s) {
-                if let Some(found) = seg.read(offset, max_bytes, upper)? {
+                if let Some((found, ends_at)) = seg.read(offset, max_bytes, upper)? {
                     slice = Some(found);
+                    slice_end_offset = Some(ends_at);
                     break;
                 }
             }
         }
         Ok(LogRead {
             slice,
+            slice_end_offset,
             log_start_offset: self.log_start_offset,
             log_end_offset: log_end,
         })
@@ -729,7 +859,7 @@ impl Log {
 
     fn rebuild_producer_state_after_truncation(&mut self) -> crate::Result<()> {
         let (_, snapshots) = scan_directory(&self.dir)?;
-        self.load_producer_state(&snapshots)
+        self.load_producer_state(&snapshots, None)
     }
 
     /// After a truncation the offsets past the log end are new data: they are dirty again.
@@ -1079,6 +1209,40 @@ impl Log {
     }
 }
 
+/// The transaction index entry of an aborted transaction, its LSO taken from `producers` as they stand right
+/// after the marker.
+fn aborted_entry(producers: &ProducerStateManager, txn: &CompletedTxn) -> AbortedTxn {
+    AbortedTxn {
+        producer_id: txn.producer_id,
+        first_offset: txn.first_offset,
+        last_offset: txn.last_offset,
+        last_stable_offset: producers.last_stable_offset_after(txn),
+    }
+}
+
+/// The transaction marker of the validated control batch `v` in `batches`: a control batch from the coordinator
+/// must be one (Kafka refuses other control types outside the metadata log).
+fn transaction_marker(batches: &[u8], v: &batch::ValidatedBatch) -> crate::Result<EndTxnMarker> {
+    let bytes = &batches[v.position..v.position + v.header.size()];
+    if v.header.producer_id < 0 {
+        return Err(LogError::InvalidRecord {
+            position: v.position,
+            reason: "a transaction marker without a producer id".into(),
+        });
+    }
+    match control::parse_marker(bytes) {
+        Ok(Some(marker)) => Ok(marker),
+        Ok(None) => Err(LogError::InvalidRecord {
+            position: v.position,
+            reason: "a control batch of a type other than COMMIT or ABORT".into(),
+        }),
+        Err(reason) => Err(LogError::InvalidRecord {
+            position: v.position,
+            reason: format!("a control batch that is not a transaction marker: {reason}"),
+        }),
+    }
+}
+
 /// Files to fsync for a group commit; see [`Log::sync_handle`].
 #[derive(Debug, Clone)]
 pub struct SyncHandle {
@@ -1131,7 +1295,7 @@ fn scan_directory(dir: &Path) -> crate::Result<(Vec<i64>, Vec<i64>)> {
         match suffix {
             "log" => logs.push(base),
             "snapshot" => snapshots.push(base),
-            "index" | "timeindex" => indexes.push((base, entry.path())),
+            "index" | "timeindex" | "txnindex" => indexes.push((base, entry.path())),
             _ => {}
         }
     }

@@ -2,9 +2,10 @@
 //! recognised and gaps refused. Kept per partition, snapshotted to `<offset>.snapshot` files in Kafka's format
 //! and rebuilt from batch headers after a crash.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use crate::batch::{self, BatchHeader};
+use crate::control::{EndTxnMarker, TxnOutcome};
 use crate::error::LogError;
 
 /// How many recent batches per producer are remembered for deduplication (Kafka's
@@ -62,10 +63,32 @@ pub enum SequenceCheck {
     Duplicate(BatchMetadata),
 }
 
+/// A transaction a marker ended: the producer's records in `[first_offset, last_offset]`, `last_offset` being
+/// the marker's offset (Kafka's `CompletedTxn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompletedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    pub last_offset: i64,
+    pub outcome: TxnOutcome,
+}
+
+/// Completed transactions whose markers the high watermark has not passed yet are remembered (for the first
+/// unstable offset) up to this many; past it the oldest are forgotten, which can only let the LSO advance
+/// early on a leader that is about to lose its uncommitted tail.
+pub const UNREPLICATED_TXNS_MAX: usize = 65_536;
+
 /// Producer state of one partition.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ProducerStateManager {
     producers: HashMap<i64, ProducerEntry>,
+    /// (first offset, producer id) of every open transaction: the smallest first offset is the first unstable
+    /// offset. Kept in step with `ProducerEntry::current_txn_first_offset`.
+    ongoing: BTreeSet<(i64, i64)>,
+    /// Completed transactions in marker order whose marker may still be at or past the high watermark
+    /// (Kafka's `unreplicatedTxns`): until the marker is committed, a failover can bring the transaction back,
+    /// so the LSO stays at its start.
+    unreplicated: VecDeque<CompletedTxn>,
 }
 
 impl ProducerStateManager {
@@ -94,10 +117,49 @@ impl ProducerStateManager {
         check_against(entry, header)
     }
 
+    /// Checks a transaction marker the coordinator writes, as Kafka's `ProducerAppendInfo.appendEndTxnMarker`:
+    /// an older producer epoch is INVALID_PRODUCER_EPOCH, an older coordinator epoch
+    /// TRANSACTION_COORDINATOR_FENCED. A marker for a producer without state here is accepted.
+    pub fn check_marker(
+        &self,
+        header: &BatchHeader,
+        marker: &EndTxnMarker,
+        staged: &HashMap<i64, ProducerEntry>,
+    ) -> crate::Result<()> {
+        let producer_id = header.producer_id;
+        let Some(entry) = staged
+            .get(&producer_id)
+            .or_else(|| self.producers.get(&producer_id))
+        else {
+            return Ok(());
+        };
+        if header.producer_epoch < entry.epoch {
+            return Err(LogError::InvalidProducerEpoch {
+                producer_id,
+                epoch: header.producer_epoch,
+                current: entry.epoch,
+            });
+        }
+        if marker.coordinator_epoch < entry.coordinator_epoch {
+            return Err(LogError::TransactionCoordinatorFenced {
+                producer_id,
+                coordinator_epoch: marker.coordinator_epoch,
+                current: entry.coordinator_epoch,
+            });
+        }
+        Ok(())
+    }
+
     /// Records an appended batch (offsets final). `staged` is updated, to be committed with [`Self::commit`].
-    pub fn stage(&self, header: &BatchHeader, staged: &mut HashMap<i64, ProducerEntry>) {
+    /// `marker` is the batch's transaction marker, for a control batch. Returns the transaction it ended.
+    pub fn stage(
+        &self,
+        header: &BatchHeader,
+        marker: Option<&EndTxnMarker>,
+        staged: &mut HashMap<i64, ProducerEntry>,
+    ) -> Option<CompletedTxn> {
         if !header.has_producer_id() {
-            return;
+            return None;
         }
         let entry = staged.entry(header.producer_id).or_insert_with(|| {
             self.producers
@@ -105,23 +167,106 @@ impl ProducerStateManager {
                 .cloned()
                 .unwrap_or_else(|| ProducerEntry::new(header.producer_id, header.producer_epoch))
         });
-        apply(entry, header);
+        apply(entry, header, marker)
     }
 
     pub fn commit(&mut self, staged: HashMap<i64, ProducerEntry>) {
-        self.producers.extend(staged);
+        for (producer_id, entry) in staged {
+            let before = self
+                .producers
+                .get(&producer_id)
+                .and_then(|e| e.current_txn_first_offset);
+            self.track_ongoing(producer_id, before, entry.current_txn_first_offset);
+            self.producers.insert(producer_id, entry);
+        }
     }
 
     /// Applies a batch read back from the log (recovery and replication): no checks, the log is the truth.
-    pub fn replay(&mut self, header: &BatchHeader) {
+    /// Returns the transaction a marker ended; the caller records it ([`Self::record_completed`]).
+    pub fn replay(
+        &mut self,
+        header: &BatchHeader,
+        marker: Option<&EndTxnMarker>,
+    ) -> Option<CompletedTxn> {
         if !header.has_producer_id() {
-            return;
+            return None;
         }
         let entry = self
             .producers
             .entry(header.producer_id)
             .or_insert_with(|| ProducerEntry::new(header.producer_id, header.producer_epoch));
-        apply(entry, header);
+        let before = entry.current_txn_first_offset;
+        let completed = apply(entry, header, marker);
+        let after = entry.current_txn_first_offset;
+        self.track_ongoing(header.producer_id, before, after);
+        completed
+    }
+
+    fn track_ongoing(&mut self, producer_id: i64, before: Option<i64>, after: Option<i64>) {
+        if before == after {
+            return;
+        }
+        if let Some(first) = before {
+            self.ongoing.remove(&(first, producer_id));
+        }
+        if let Some(first) = after {
+            self.ongoing.insert((first, producer_id));
+        }
+    }
+
+    /// Remembers a transaction a marker ended until the high watermark passes its marker
+    /// ([`Self::on_high_watermark`]).
+    pub fn record_completed(&mut self, completed: CompletedTxn) {
+        debug_assert!(self
+            .unreplicated
+            .back()
+            .is_none_or(|c| c.last_offset < completed.last_offset));
+        if self.unreplicated.len() == UNREPLICATED_TXNS_MAX {
+            self.unreplicated.pop_front();
+        }
+        self.unreplicated.push_back(completed);
+    }
+
+    /// Forgets completed transactions whose marker is below `high_watermark` (committed on every replica).
+    pub fn on_high_watermark(&mut self, high_watermark: i64) {
+        while self
+            .unreplicated
+            .front()
+            .is_some_and(|c| c.last_offset < high_watermark)
+        {
+            self.unreplicated.pop_front();
+        }
+    }
+
+    /// The first unstable offset: the smallest first offset of an open transaction, or of a completed one whose
+    /// marker is at or past `high_watermark`. `None` when nothing is unstable. The last stable offset is
+    /// `min(high watermark, this)`.
+    pub fn first_unstable_offset(&self, high_watermark: i64) -> Option<i64> {
+        let open = self.ongoing.first().map(|(first, _)| *first);
+        let unreplicated = self
+            .unreplicated
+            .iter()
+            .filter(|c| c.last_offset >= high_watermark)
+            .map(|c| c.first_offset)
+            .min();
+        match (open, unreplicated) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The partition's first unstable offset right after `completed` ended (Kafka's `lastStableOffset(completedTxn)`),
+    /// for its transaction index entry: the first offset of another open transaction, else the marker's next.
+    pub fn last_stable_offset_after(&self, completed: &CompletedTxn) -> i64 {
+        self.ongoing
+            .iter()
+            .find(|(_, producer_id)| *producer_id != completed.producer_id)
+            .map_or(completed.last_offset + 1, |(first, _)| *first)
+    }
+
+    /// How many transactions are open.
+    pub fn ongoing_count(&self) -> usize {
+        self.ongoing.len()
     }
 
     /// Forgets producers idle for longer than `expiration_ms` that have no open transaction.
@@ -136,24 +281,31 @@ impl ProducerStateManager {
 
     /// Encodes the state in Kafka's producer snapshot format (version 1): version i16, CRC-32C u32 of the rest,
     /// then an array of entries (producer id, epoch, last sequence, last offset, offset delta, timestamp,
-    /// coordinator epoch, current transaction first offset). Like Kafka, only the last batch is kept per producer.
+    /// coordinator epoch, current transaction first offset). Like Kafka, only the last batch is kept per producer;
+    /// a producer with no batch at its epoch (a marker bumped it) is written with last sequence and last offset
+    /// -1, so its epoch and coordinator epoch still fence after a restart. Open transactions are kept through
+    /// the current transaction first offset.
     pub fn snapshot_bytes(&self) -> Vec<u8> {
-        let mut producers: Vec<&ProducerEntry> = self
-            .producers
-            .values()
-            .filter(|e| !e.batches.is_empty())
-            .collect();
+        let mut producers: Vec<&ProducerEntry> = self.producers.values().collect();
         producers.sort_by_key(|e| e.producer_id);
         let mut body = Vec::with_capacity(4 + producers.len() * 46);
         body.extend_from_slice(&(producers.len() as i32).to_be_bytes());
         for entry in producers {
-            let last = entry.batches.back().expect("filtered non-empty");
+            let (last_sequence, last_offset, offset_delta, timestamp) = match entry.batches.back() {
+                Some(last) => (
+                    last.last_sequence,
+                    last.last_offset,
+                    (last.last_offset - last.first_offset) as i32,
+                    last.max_timestamp,
+                ),
+                None => (-1, -1, 0, entry.last_timestamp),
+            };
             body.extend_from_slice(&entry.producer_id.to_be_bytes());
             body.extend_from_slice(&entry.epoch.to_be_bytes());
-            body.extend_from_slice(&last.last_sequence.to_be_bytes());
-            body.extend_from_slice(&last.last_offset.to_be_bytes());
-            body.extend_from_slice(&((last.last_offset - last.first_offset) as i32).to_be_bytes());
-            body.extend_from_slice(&last.max_timestamp.to_be_bytes());
+            body.extend_from_slice(&last_sequence.to_be_bytes());
+            body.extend_from_slice(&last_offset.to_be_bytes());
+            body.extend_from_slice(&offset_delta.to_be_bytes());
+            body.extend_from_slice(&timestamp.to_be_bytes());
             body.extend_from_slice(&entry.coordinator_epoch.to_be_bytes());
             body.extend_from_slice(&entry.current_txn_first_offset.unwrap_or(-1).to_be_bytes());
         }
@@ -196,28 +348,37 @@ impl ProducerStateManager {
             let timestamp = batch::read_i64(chunk, 26);
             let coordinator_epoch = batch::read_i32(chunk, 34);
             let txn_first = batch::read_i64(chunk, 38);
+            // A producer without a batch at its epoch (a marker bumped it) has last sequence and offset -1.
+            let no_batch = last_sequence == -1 && last_offset == -1 && offset_delta == 0;
             // The batch's first offset, last_offset - offset_delta, must be an offset (>= 0): a larger delta
             // would restore a batch that starts before the log does (and, from i64::MIN, overflow).
-            if producer_id < 0
-                || offset_delta < 0
-                || last_sequence < 0
-                || last_offset < i64::from(offset_delta)
-            {
+            let malformed = producer_id < 0
+                || txn_first < -1
+                || (!no_batch
+                    && (offset_delta < 0
+                        || last_sequence < 0
+                        || last_offset < i64::from(offset_delta)));
+            if malformed || state.producers.contains_key(&producer_id) {
                 return Err(format!(
                     "snapshot entry for producer {producer_id} is malformed"
                 ));
             }
             let mut entry = ProducerEntry::new(producer_id, epoch);
-            entry.batches.push_back(BatchMetadata {
-                first_sequence: batch::sub_sequence(last_sequence, offset_delta),
-                last_sequence,
-                first_offset: last_offset - i64::from(offset_delta),
-                last_offset,
-                max_timestamp: timestamp,
-            });
+            if !no_batch {
+                entry.batches.push_back(BatchMetadata {
+                    first_sequence: batch::sub_sequence(last_sequence, offset_delta),
+                    last_sequence,
+                    first_offset: last_offset - i64::from(offset_delta),
+                    last_offset,
+                    max_timestamp: timestamp,
+                });
+            }
             entry.last_timestamp = timestamp;
             entry.coordinator_epoch = coordinator_epoch;
             entry.current_txn_first_offset = (txn_first >= 0).then_some(txn_first);
+            if let Some(first) = entry.current_txn_first_offset {
+                state.ongoing.insert((first, producer_id));
+            }
             state.producers.insert(producer_id, entry);
         }
         Ok(state)
@@ -246,6 +407,16 @@ fn check_against(
             producer_id,
             epoch,
             current: entry.epoch,
+        });
+    }
+    if !header.is_transactional()
+        && entry.current_txn_first_offset.is_some()
+        && epoch == entry.epoch
+    {
+        return Err(LogError::InvalidTxnState {
+            producer_id,
+            reason: "a non-transactional batch arrived while the producer's transaction is open"
+                .into(),
         });
     }
     if epoch > entry.epoch || entry.batches.is_empty() {
@@ -279,16 +450,37 @@ fn check_against(
     Ok(SequenceCheck::Append)
 }
 
-fn apply(entry: &mut ProducerEntry, header: &BatchHeader) {
+/// Folds a batch into its producer's entry; returns the transaction a marker ended.
+fn apply(
+    entry: &mut ProducerEntry,
+    header: &BatchHeader,
+    marker: Option<&EndTxnMarker>,
+) -> Option<CompletedTxn> {
+    if header.is_control() {
+        // Only transaction markers mean anything to producer state (other control types are KRaft's).
+        let marker = marker?;
+        if header.producer_epoch != entry.epoch {
+            entry.epoch = header.producer_epoch;
+            entry.batches.clear();
+        }
+        // The marker ends the producer's open transaction; it carries no sequence. Like Kafka, a marker with
+        // no open transaction still completes one, spanning just the marker.
+        let first_offset = entry
+            .current_txn_first_offset
+            .take()
+            .unwrap_or(header.base_offset);
+        entry.coordinator_epoch = marker.coordinator_epoch;
+        entry.last_timestamp = header.max_timestamp;
+        return Some(CompletedTxn {
+            producer_id: entry.producer_id,
+            first_offset,
+            last_offset: header.base_offset,
+            outcome: marker.outcome,
+        });
+    }
     if header.producer_epoch != entry.epoch {
         entry.epoch = header.producer_epoch;
         entry.batches.clear();
-    }
-    if header.is_control() {
-        // A transaction marker ends the producer's open transaction; it carries no sequence.
-        entry.current_txn_first_offset = None;
-        entry.last_timestamp = header.max_timestamp;
-        return;
     }
     if header.is_transactional() && entry.current_txn_first_offset.is_none() {
         entry.current_txn_first_offset = Some(header.base_offset);
@@ -304,6 +496,7 @@ fn apply(entry: &mut ProducerEntry, header: &BatchHeader) {
         max_timestamp: header.max_timestamp,
     });
     entry.last_timestamp = header.max_timestamp;
+    None
 }
 
 #[cfg(test)]
@@ -337,7 +530,7 @@ mod tests {
         let mut staged = HashMap::new();
         let check = state.check(h, &staged)?;
         if check == SequenceCheck::Append {
-            state.stage(h, &mut staged);
+            state.stage(h, None, &mut staged);
             state.commit(staged);
         }
         Ok(check)
@@ -399,6 +592,31 @@ mod tests {
         let last = corrupt.len() - 1;
         corrupt[last] ^= 1;
         assert!(ProducerStateManager::from_snapshot_bytes(&corrupt).is_err());
+    }
+
+    #[test]
+    fn snapshot_keeps_open_transactions_and_epochs_bumped_by_markers() {
+        let mut state = ProducerStateManager::default();
+        let mut txn = header(7, 0, 0, 2, 10);
+        txn.attributes |= crate::batch::ATTR_TRANSACTIONAL;
+        let mut staged = HashMap::new();
+        state.stage(&txn, None, &mut staged);
+        state.commit(staged);
+        // Producer 8: a marker at a new epoch, no batch at that epoch.
+        let mut marker = header(8, 5, -1, 1, 20);
+        marker.attributes |= crate::batch::ATTR_TRANSACTIONAL | crate::batch::ATTR_CONTROL;
+        let end = EndTxnMarker {
+            outcome: TxnOutcome::Abort,
+            coordinator_epoch: 3,
+        };
+        assert!(state.replay(&marker, Some(&end)).is_some());
+        assert_eq!(state.first_unstable_offset(i64::MAX), Some(10));
+        let restored = ProducerStateManager::from_snapshot_bytes(&state.snapshot_bytes()).unwrap();
+        assert_eq!(restored.get(7).unwrap().current_txn_first_offset, Some(10));
+        assert_eq!(restored.first_unstable_offset(i64::MAX), Some(10));
+        let fenced = restored.get(8).unwrap();
+        assert_eq!((fenced.epoch, fenced.coordinator_epoch), (5, 3));
+        assert!(fenced.batches.is_empty());
     }
 
     /// A snapshot whose single entry has `last_offset` and `offset_delta` as given, with a correct CRC.

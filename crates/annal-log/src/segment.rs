@@ -11,6 +11,7 @@ use crate::config::LogConfig;
 use crate::error::LogError;
 use crate::index::{OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
 use crate::slice::FileSlice;
+use crate::txn_index::{AbortedTxn, TxnIndex};
 
 /// `<base offset, 20 digits>.<suffix>`, as Kafka names segment files.
 pub fn file_name(base_offset: i64, suffix: &str) -> String {
@@ -36,9 +37,14 @@ pub struct Segment {
     first_batch_timestamp: Option<i64>,
     offset_index: OffsetIndex,
     time_index: TimeIndex,
+    /// Aborted transactions whose ABORT marker is in this segment.
+    txn_index: TxnIndex,
     bytes_since_last_index_entry: u64,
     index_interval_bytes: u32,
 }
+
+/// A control batch larger than this is not read as a transaction marker (a marker is ~80 bytes).
+const MARKER_BATCH_BYTES_MAX: usize = 4096;
 
 /// How a segment came back after opening it.
 #[derive(Debug, Default)]
@@ -74,6 +80,15 @@ impl Segment {
                 return Err(e);
             }
         };
+        let txn_index = match TxnIndex::create(&TxnIndex::path_in(dir, base_offset)) {
+            Ok(index) => index,
+            Err(e) => {
+                for path in [&log_path, &index_path, &time_path] {
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(e);
+            }
+        };
         Ok(Segment {
             base_offset,
             log_path,
@@ -84,6 +99,7 @@ impl Segment {
             first_batch_timestamp: None,
             offset_index,
             time_index,
+            txn_index,
             bytes_since_last_index_entry: 0,
             index_interval_bytes: config.index_interval_bytes,
         })
@@ -123,6 +139,9 @@ impl Segment {
                 config,
                 &mut report,
             )? {
+                let mut segment = segment;
+                segment.txn_index =
+                    TxnIndex::load(&TxnIndex::path_in(dir, base_offset), segment.next_offset)?;
                 return Ok((segment, report));
             }
         }
@@ -136,6 +155,7 @@ impl Segment {
             first_batch_timestamp: None,
             offset_index: OffsetIndex::create(&index_path, config.segment_index_bytes)?,
             time_index: TimeIndex::create(&time_path, config.segment_index_bytes)?,
+            txn_index: TxnIndex::detached(&TxnIndex::path_in(dir, base_offset)),
             bytes_since_last_index_entry: 0,
             index_interval_bytes: config.index_interval_bytes,
         };
@@ -143,6 +163,9 @@ impl Segment {
             report.rebuilt_indexes = Some("recovering after an unclean shutdown".into());
         }
         let valid_size = segment.rebuild_from_log(file_size)?;
+        // Entries for markers that survived stay; the log's producer-state replay re-adds any that are missing.
+        segment.txn_index =
+            TxnIndex::load(&TxnIndex::path_in(dir, base_offset), segment.next_offset)?;
         // Rebuilt indexes go to their files now, not only when more entries arrive.
         segment.offset_index.write_buffered()?;
         segment.time_index.write_buffered()?;
@@ -270,6 +293,7 @@ impl Segment {
             first_batch_timestamp,
             offset_index,
             time_index,
+            txn_index: TxnIndex::detached(&log_path.with_extension("txnindex")),
             bytes_since_last_index_entry: walk.bytes_after_tail_start,
             index_interval_bytes: config.index_interval_bytes,
         }))
@@ -493,13 +517,14 @@ impl Segment {
     }
 
     /// Whole batches from the one containing `offset`, up to `max_bytes` (at least one batch) and stopping before
-    /// any batch whose base offset is at or past `upper_bound`.
+    /// any batch whose base offset is at or past `upper_bound`. With the slice comes the offset it ends at: the
+    /// base offset of the batch after it, or the segment's next offset (Kafka's `fetchUpperBoundOffset`).
     pub fn read(
         &self,
         offset: i64,
         max_bytes: usize,
         upper_bound: i64,
-    ) -> crate::Result<Option<FileSlice>> {
+    ) -> crate::Result<Option<(FileSlice, i64)>> {
         let Some((start, first)) = self.find_batch(offset)? else {
             return Ok(None);
         };
@@ -516,6 +541,7 @@ impl Segment {
             end = position;
             known = Some(header);
         }
+        let mut ends_at = self.next_offset;
         while end < self.size {
             let header = match known.take() {
                 Some(header) => header,
@@ -524,15 +550,17 @@ impl Segment {
             if header.base_offset >= upper_bound
                 || (end - start) as usize + header.size() > max_bytes
             {
+                ends_at = header.base_offset;
                 break;
             }
             end += header.size() as u64;
         }
-        Ok(Some(FileSlice {
+        let slice = FileSlice {
             file: Arc::clone(&self.file),
             position: start,
             len: (end - start) as usize,
-        }))
+        };
+        Ok(Some((slice, ends_at)))
     }
 
     /// The farthest batch start in `[from, limit]` that the offset index knows of and before which every batch
@@ -664,7 +692,7 @@ impl Segment {
 
     /// Cuts the segment before the batch containing `offset`. Returns the bytes removed.
     pub fn truncate_to(&mut self, offset: i64) -> crate::Result<u64> {
-        let Some((position, _)) = self.find_batch(offset)? else {
+        let Some((position, cut)) = self.find_batch(offset)? else {
             return Ok(0);
         };
         let removed = self.size - position;
@@ -674,6 +702,7 @@ impl Segment {
         self.offset_index.truncate_to_position(position as u32)?;
         self.time_index
             .truncate_to_offset(self.relative(offset.max(self.base_offset)))?;
+        self.txn_index.truncate_to(cut.base_offset)?;
         // Recompute what the kept prefix says about offsets and timestamps.
         self.size = 0;
         self.next_offset = self.base_offset;
@@ -723,17 +752,33 @@ impl Segment {
             .sync_data()
             .map_err(|e| LogError::io("fsync segment", &self.log_path, e))?;
         self.offset_index.sync()?;
-        self.time_index.sync()
+        self.time_index.sync()?;
+        self.txn_index.sync()
     }
 
     /// The files that make this segment durable (log, offset index, time index) with their paths, for an fsync
     /// that runs without the segment (see `roll_flush.rs`). Buffered index entries are written first.
     pub fn durable_files(&mut self) -> crate::Result<Vec<(Arc<File>, PathBuf)>> {
-        Ok(vec![
+        let mut files = vec![
             (Arc::clone(&self.file), self.log_path.clone()),
             self.offset_index.durable_handle()?,
             self.time_index.durable_handle()?,
-        ])
+        ];
+        files.extend(self.txn_index.durable_handle());
+        Ok(files)
+    }
+
+    /// The aborted transactions whose ABORT marker is in this segment.
+    pub fn txn_index(&self) -> &TxnIndex {
+        &self.txn_index
+    }
+
+    /// Records an aborted transaction whose marker was just appended here (or found by a rebuild).
+    pub fn append_aborted_txn(&mut self, entry: AbortedTxn) -> crate::Result<()> {
+        debug_assert!(
+            entry.last_offset >= self.base_offset && entry.last_offset < self.next_offset
+        );
+        self.txn_index.append(entry)
     }
 
     /// A handle that can fsync the log file without holding the segment.
@@ -748,7 +793,7 @@ impl Segment {
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_default();
-        for suffix in ["log", "index", "timeindex"] {
+        for suffix in ["log", "index", "timeindex", "txnindex"] {
             let path = dir.join(file_name(self.base_offset, suffix));
             match std::fs::remove_file(&path) {
                 Ok(()) => {}
@@ -759,15 +804,22 @@ impl Segment {
         Ok(())
     }
 
-    /// Calls `visit` with each batch header from `from_offset` on (used to rebuild producer state).
+    /// Calls `visit` with each batch header from `from_offset` on, and for a control batch the transaction marker
+    /// it holds (used to rebuild producer state). A control batch that cannot be read as a marker is passed with
+    /// `None`, with a warning.
     pub fn for_each_header(
         &self,
         from_offset: i64,
-        mut visit: impl FnMut(&BatchHeader),
+        mut visit: impl FnMut(&BatchHeader, Option<&crate::control::EndTxnMarker>),
     ) -> crate::Result<()> {
         let mut cursor = self.find_batch(from_offset)?;
         while let Some((position, header)) = cursor {
-            visit(&header);
+            let marker = if header.is_control() {
+                self.read_marker(position, &header)?
+            } else {
+                None
+            };
+            visit(&header, marker.as_ref());
             let next = position + header.size() as u64;
             cursor = if next < self.size {
                 Some((next, self.header_at(next)?))
@@ -776,6 +828,33 @@ impl Segment {
             };
         }
         Ok(())
+    }
+}
+
+impl Segment {
+    /// The transaction marker of the control batch at `position`, `None` (with a warning) if it is not one.
+    fn read_marker(
+        &self,
+        position: u64,
+        header: &BatchHeader,
+    ) -> crate::Result<Option<crate::control::EndTxnMarker>> {
+        if header.size() > MARKER_BATCH_BYTES_MAX {
+            tracing::warn!(segment = %self.log_path.display(), base_offset = header.base_offset, size = header.size(),
+                "a control batch too large to be a transaction marker; ignoring it");
+            return Ok(None);
+        }
+        let mut bytes = vec![0u8; header.size()];
+        self.file
+            .read_exact_at(&mut bytes, position)
+            .map_err(|e| LogError::io("read segment", &self.log_path, e))?;
+        match crate::control::parse_marker(&bytes) {
+            Ok(marker) => Ok(marker),
+            Err(reason) => {
+                tracing::warn!(segment = %self.log_path.display(), base_offset = header.base_offset, %reason,
+                    "a control batch that is not a readable transaction marker; ignoring it");
+                Ok(None)
+            }
+        }
     }
 }
 

@@ -10,9 +10,9 @@ use std::collections::HashMap;
 use annal_log::FileSlice;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::fetch_response::{
-    EpochEndOffset, FetchableTopicResponse, PartitionData,
+    AbortedTransaction, EpochEndOffset, FetchableTopicResponse, PartitionData,
 };
-use kafka_protocol::messages::{FetchRequest, FetchResponse, RequestHeader};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, ProducerId, RequestHeader};
 use uuid::Uuid;
 
 use super::{code, fetch_session};
@@ -170,6 +170,7 @@ async fn answer(
         max_wait,
         min_bytes: req.min_bytes.max(0) as usize,
         max_bytes,
+        read_committed,
     };
     let wanted = entries
         .iter()
@@ -210,6 +211,7 @@ async fn answer(
                         max_bytes: *max,
                         high_watermark: p.high_watermark,
                         log_start: p.log_start_offset,
+                        last_stable_offset: p.last_stable_offset,
                     };
                     (k.clone(), cached)
                 })
@@ -234,8 +236,11 @@ async fn answer(
                         k,
                         p.error_code,
                         records,
-                        p.high_watermark,
-                        p.log_start_offset,
+                        fetch_session::ToldOffsets {
+                            high_watermark: p.high_watermark,
+                            log_start: p.log_start_offset,
+                            last_stable_offset: p.last_stable_offset,
+                        },
                     )
                 });
                 if !topic.partitions.is_empty() {
@@ -301,16 +306,26 @@ fn encode_results(
             responses.push(topic);
             last = Some((key.topic.as_str(), key.topic_id));
         }
+        // read_committed answers the aborted transactions of the records served (an empty list when none);
+        // read_uncommitted answers null, as Kafka does.
+        let aborted = read_committed.then(|| {
+            result
+                .aborted_transactions
+                .iter()
+                .flatten()
+                .map(|(producer_id, first_offset)| {
+                    AbortedTransaction::default()
+                        .with_producer_id(ProducerId(*producer_id))
+                        .with_first_offset(*first_offset)
+                })
+                .collect()
+        });
         let mut pd = PartitionData::default()
             .with_partition_index(key.partition)
             .with_high_watermark(result.high_watermark)
-            .with_last_stable_offset(result.high_watermark)
+            .with_last_stable_offset(result.last_stable_offset)
             .with_log_start_offset(result.log_start_offset)
-            .with_aborted_transactions(if read_committed {
-                Some(Vec::new())
-            } else {
-                None
-            })
+            .with_aborted_transactions(aborted)
             .with_records(Some(Bytes::new()));
         if let Some((epoch, end_offset)) = result.diverging_epoch {
             pd.diverging_epoch = EpochEndOffset::default()

@@ -19,6 +19,14 @@ pub struct Key {
     pub partition: i32,
 }
 
+/// The offsets a partition's fetch response tells the client; a change of any is news.
+#[derive(Debug, Clone, Copy)]
+pub struct ToldOffsets {
+    pub high_watermark: i64,
+    pub log_start: i64,
+    pub last_stable_offset: i64,
+}
+
 #[derive(Debug, Clone)]
 pub struct Cached {
     pub fetch_offset: i64,
@@ -26,6 +34,8 @@ pub struct Cached {
     /// What the client was last told; -2 before the first response (so the first one always includes it).
     pub high_watermark: i64,
     pub log_start: i64,
+    /// Also news when it moves (a read_committed consumer waits for it), as in Kafka's `CachedPartition`.
+    pub last_stable_offset: i64,
 }
 
 struct Session {
@@ -129,6 +139,7 @@ impl FetchSessions {
                 max_bytes: *max_bytes,
                 high_watermark: -2,
                 log_start: -2,
+                last_stable_offset: -2,
             });
             entry.fetch_offset = *offset;
             entry.max_bytes = *max_bytes;
@@ -156,9 +167,13 @@ impl FetchSessions {
         key: &Key,
         error: i16,
         records: usize,
-        high_watermark: i64,
-        log_start: i64,
+        offsets: ToldOffsets,
     ) -> bool {
+        let ToldOffsets {
+            high_watermark,
+            log_start,
+            last_stable_offset,
+        } = offsets;
         let mut guard = self.inner.lock();
         let Some(cached) = guard.1.get_mut(&id).and_then(|s| s.parts.get_mut(key)) else {
             return true;
@@ -166,9 +181,11 @@ impl FetchSessions {
         let news = error != 0
             || records > 0
             || cached.high_watermark != high_watermark
-            || cached.log_start != log_start;
+            || cached.log_start != log_start
+            || cached.last_stable_offset != last_stable_offset;
         cached.high_watermark = high_watermark;
         cached.log_start = log_start;
+        cached.last_stable_offset = last_stable_offset;
         news
     }
 }

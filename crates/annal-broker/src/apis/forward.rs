@@ -48,10 +48,13 @@ pub async fn create_topics(
                     .filter(|t| t.error_code == code::NONE)
                     .map(|t| t.name.0.as_str())
                     .collect();
+                // The topic, and the leadership of each of its partitions (applied right after the topic is
+                // registered): a produce right after the answer must not meet a partition that leads nobody yet.
                 wait_until(|| {
-                    created
-                        .iter()
-                        .all(|n| broker.replica_manager().topic(n).is_some())
+                    created.iter().all(|n| {
+                        let rm = broker.replica_manager();
+                        rm.topic(n).is_some() && rm.partitions_of(n).iter().all(|p| p.leader() >= 0)
+                    })
                 })
                 .await;
             }

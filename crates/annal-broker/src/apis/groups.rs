@@ -49,16 +49,29 @@ pub async fn find_coordinator(
     r: FindCoordinatorRequest,
 ) -> FindCoordinatorResponse {
     let version = h.request_api_version;
-    // Group keys need `__consumer_offsets`: created on first use, as Kafka does. Until it exists every group
-    // key is answered COORDINATOR_NOT_AVAILABLE (clients retry).
-    let topic_ready = r.key_type != 0 || b.groups.ensure_offsets_topic().await.is_ok();
+    // Group keys need `__consumer_offsets`, transaction keys `__transaction_state`: created on first use, as
+    // Kafka does. Until it exists every key is answered COORDINATOR_NOT_AVAILABLE (clients retry).
+    let key_type = if version >= 1 { r.key_type } else { 0 };
+    let (topic_ready, topic) = match key_type {
+        KEY_TYPE_TRANSACTION => (b.txn.ensure_topic().await.is_ok(), crate::txn::TXN_TOPIC),
+        _ => (
+            r.key_type != 0 || b.groups.ensure_offsets_topic().await.is_ok(),
+            OFFSETS_TOPIC,
+        ),
+    };
     let cluster = b.cluster();
+    // The answer's shape is the same for both key types; the node was chosen above from the key's own topic.
+    let r = if key_type == KEY_TYPE_TRANSACTION {
+        r.with_key_type(0)
+    } else {
+        r
+    };
     if version >= 4 {
         let mut out = FindCoordinatorResponse::default();
         for key in r.coordinator_keys.clone() {
             let single = r.clone().with_coordinator_keys(vec![key.clone()]);
-            let found = if topic_ready || r.key_type != 0 {
-                cluster_coordinator(cluster, &key)
+            let found = if topic_ready {
+                cluster_coordinator(cluster, topic, &key)
             } else {
                 None
             };
@@ -75,8 +88,8 @@ pub async fn find_coordinator(
         }
         return out;
     }
-    let found = if topic_ready || r.key_type != 0 {
-        cluster_coordinator(cluster, &r.key.clone())
+    let found = if topic_ready {
+        cluster_coordinator(cluster, topic, &r.key.clone())
     } else {
         None
     };
@@ -112,13 +125,19 @@ fn not_available(r: FindCoordinatorRequest, version: i16) -> FindCoordinatorResp
 
 /// COORDINATOR_NOT_AVAILABLE (retriable).
 const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+/// FindCoordinator's key type for transactional ids.
+const KEY_TYPE_TRANSACTION: i8 = 1;
 
-/// The coordinator of a group in a cluster, as Kafka's: the leader of partition
-/// `abs(javaHash(group_id)) % partitions` of `__consumer_offsets`, from the image. `None` while that partition
-/// has no leader or its leader is not live (clients retry).
-fn cluster_coordinator(cluster: &crate::cluster::ClusterRuntime, key: &str) -> Option<NodeInfo> {
+/// The coordinator of a group (or transactional id) in a cluster, as Kafka's: the leader of partition
+/// `abs(javaHash(key)) % partitions` of `__consumer_offsets` (or `__transaction_state`), from the image. `None`
+/// while that partition has no leader or its leader is not live (clients retry).
+fn cluster_coordinator(
+    cluster: &crate::cluster::ClusterRuntime,
+    topic: &str,
+    key: &str,
+) -> Option<NodeInfo> {
     let image = cluster.image();
-    let topic = image.topic_by_name(OFFSETS_TOPIC)?;
+    let topic = image.topic_by_name(topic)?;
     let count = u32::try_from(topic.partitions.len()).ok()?;
     let index = i32::try_from(crate::group::records::partition_for(key, count)).ok()?;
     let leader = topic.partitions.get(&index)?.leader;
@@ -165,6 +184,16 @@ pub async fn offset_commit(
 ) -> OffsetCommitResponse {
     b.groups
         .offset_commit(r, h.request_api_version, b.replica_manager.log_manager())
+        .await
+}
+
+pub async fn txn_offset_commit(
+    b: &Broker,
+    h: &RequestHeader,
+    r: TxnOffsetCommitRequest,
+) -> TxnOffsetCommitResponse {
+    b.groups
+        .txn_offset_commit(r, h.request_api_version, b.replica_manager.log_manager())
         .await
 }
 

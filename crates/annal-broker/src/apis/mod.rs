@@ -14,6 +14,8 @@ pub mod offsets;
 pub mod produce;
 mod produce_records;
 pub mod producers;
+pub mod txn;
+pub mod txn_markers;
 
 use std::sync::Arc;
 
@@ -42,6 +44,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::DescribeProducers, 0, 0),
+    // Sent by transaction coordinators to partition leaders (v0 removed in Kafka 4; v2 not yet, see txn_markers).
+    (ApiKey::WriteTxnMarkers, 1, 1),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::DescribeLogDirs, 1, 4),
     // Group coordinator: exactly `GroupCoordinator::api_versions()` (checked by a test).
@@ -58,6 +62,13 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
+    // Transaction coordinator: exactly `txn::API_VERSIONS` (transaction version 1), TxnOffsetCommit included.
+    (ApiKey::AddPartitionsToTxn, 0, 4),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 4),
+    (ApiKey::TxnOffsetCommit, 0, 4),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
 ];
 
 /// APIs the active controller answers, forwarded to it as Kafka's brokers forward them (DescribeQuorum and
@@ -125,6 +136,7 @@ pub fn decode_body(key: ApiKey, header: &RequestHeader, mut buf: Bytes) -> Resul
         ApiKey::DeleteRecords => decode::<DeleteRecordsRequest>(key, &mut buf, v).map(drop),
         ApiKey::InitProducerId => decode::<InitProducerIdRequest>(key, &mut buf, v).map(drop),
         ApiKey::DescribeProducers => decode::<DescribeProducersRequest>(key, &mut buf, v).map(drop),
+        ApiKey::WriteTxnMarkers => decode::<WriteTxnMarkersRequest>(key, &mut buf, v).map(drop),
         ApiKey::OffsetForLeaderEpoch => {
             decode::<OffsetForLeaderEpochRequest>(key, &mut buf, v).map(drop)
         }
@@ -155,6 +167,16 @@ pub fn decode_body(key: ApiKey, header: &RequestHeader, mut buf: Bytes) -> Resul
         ApiKey::ConsumerGroupDescribe => {
             decode::<ConsumerGroupDescribeRequest>(key, &mut buf, v).map(drop)
         }
+        ApiKey::AddPartitionsToTxn => {
+            decode::<AddPartitionsToTxnRequest>(key, &mut buf, v).map(drop)
+        }
+        ApiKey::AddOffsetsToTxn => decode::<AddOffsetsToTxnRequest>(key, &mut buf, v).map(drop),
+        ApiKey::EndTxn => decode::<EndTxnRequest>(key, &mut buf, v).map(drop),
+        ApiKey::TxnOffsetCommit => decode::<TxnOffsetCommitRequest>(key, &mut buf, v).map(drop),
+        ApiKey::DescribeTransactions => {
+            decode::<DescribeTransactionsRequest>(key, &mut buf, v).map(drop)
+        }
+        ApiKey::ListTransactions => decode::<ListTransactionsRequest>(key, &mut buf, v).map(drop),
         ApiKey::Produce if v < 3 => match produce::legacy_unsupported(v, &buf) {
             Some(Err(e)) => Err(Close(e)),
             _ => Ok(()),
@@ -346,6 +368,14 @@ pub async fn dispatch(
             DescribeLogDirsRequest,
             admin::describe_log_dirs
         ),
+        ApiKey::WriteTxnMarkers => route!(
+            broker,
+            key,
+            header,
+            buf,
+            WriteTxnMarkersRequest,
+            txn_markers::handle
+        ),
         ApiKey::Fetch => {
             let req: FetchRequest = decode(key, &mut buf, header.request_api_version)?;
             let (resp, slices) = fetch::handle(broker, &header, req).await;
@@ -456,6 +486,47 @@ pub async fn dispatch(
             ConsumerGroupDescribeRequest,
             groups::consumer_group_describe
         ),
+        ApiKey::AddPartitionsToTxn => route!(
+            broker,
+            key,
+            header,
+            buf,
+            AddPartitionsToTxnRequest,
+            txn::add_partitions_to_txn
+        ),
+        ApiKey::AddOffsetsToTxn => route!(
+            broker,
+            key,
+            header,
+            buf,
+            AddOffsetsToTxnRequest,
+            txn::add_offsets_to_txn
+        ),
+        ApiKey::EndTxn => route!(broker, key, header, buf, EndTxnRequest, txn::end_txn),
+        ApiKey::TxnOffsetCommit => route!(
+            broker,
+            key,
+            header,
+            buf,
+            TxnOffsetCommitRequest,
+            groups::txn_offset_commit
+        ),
+        ApiKey::DescribeTransactions => route!(
+            broker,
+            key,
+            header,
+            buf,
+            DescribeTransactionsRequest,
+            txn::describe_transactions
+        ),
+        ApiKey::ListTransactions => route!(
+            broker,
+            key,
+            header,
+            buf,
+            ListTransactionsRequest,
+            txn::list_transactions
+        ),
         ApiKey::Produce if header.request_api_version < 3 => {
             match produce::legacy_unsupported(header.request_api_version, &buf) {
                 None => Ok(None),
@@ -486,6 +557,14 @@ pub async fn dispatch(
 #[cfg(test)]
 mod decode_body_tests {
     use super::*;
+
+    #[test]
+    fn the_transaction_coordinators_versions_are_advertised() {
+        for &(key, min, max) in crate::txn::API_VERSIONS {
+            let key = ApiKey::try_from(key).expect("known api key");
+            assert_eq!(supported(key), Some((min, max)), "{key:?}");
+        }
+    }
 
     #[test]
     fn every_supported_key_has_a_body_decoder() {

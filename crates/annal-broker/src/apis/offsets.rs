@@ -29,6 +29,8 @@ pub async fn list_offsets(
     req: ListOffsetsRequest,
 ) -> ListOffsetsResponse {
     let version = header.request_api_version;
+    // Isolation level (v2+): READ_COMMITTED (1) answers LATEST with the last stable offset.
+    let read_committed = version >= 2 && req.isolation_level == 1;
     let mut topics = Vec::new();
     for t in req.topics {
         let mut partitions = Vec::new();
@@ -46,7 +48,9 @@ pub async fn list_offsets(
                 .and_then(|part| match offset_spec(p.timestamp, version)? {
                     // No tiered storage: nothing is pending upload (Kafka answers -1 then).
                     None => Ok(None),
-                    Some(spec) => part.list_offsets(current_epoch, spec).map(Some),
+                    Some(spec) => part
+                        .list_offsets(current_epoch, spec, read_committed)
+                        .map(Some),
                 });
             match found {
                 Ok(None) => {

@@ -33,7 +33,6 @@ pub async fn handle(
 ) -> Result<Option<ProduceResponse>, Close> {
     let version = header.request_api_version;
     let acks = req.acks;
-    let transactional = req.transactional_id.is_some();
     let mut topics = Vec::with_capacity(req.topic_data.len());
     // (response topic, partition index) of each entry, in entry order.
     let mut positions = Vec::new();
@@ -81,18 +80,10 @@ pub async fn handle(
             refused.push(refusal);
         }
     }
-    let outcomes: Vec<Outcome> = if transactional {
-        positions
-            .iter()
-            .map(|_| {
-                Err((
-                    code::INVALID_TXN_STATE,
-                    "transactions are not supported by this Annal broker yet".to_string(),
-                    Vec::new(),
-                ))
-            })
-            .collect::<Vec<_>>()
-    } else {
+    // Transactional batches (a transactional id) are appended like any idempotent producer's: the engine checks
+    // epoch and sequence, and an epoch older than a marker's is INVALID_PRODUCER_EPOCH. That the partition was
+    // added to the transaction (KIP-890 verification) is the transaction coordinator's to check.
+    let outcomes: Vec<Outcome> = {
         let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
         let mut appended = broker
             .replica_manager

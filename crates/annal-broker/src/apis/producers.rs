@@ -1,4 +1,5 @@
-//! InitProducerId (idempotent producers) and DescribeProducers.
+//! InitProducerId (idempotent producers; transactional ones go to the transaction coordinator) and
+//! DescribeProducers.
 
 use std::sync::Arc;
 
@@ -10,7 +11,7 @@ use kafka_protocol::messages::{
     InitProducerIdResponse, ProducerId, RequestHeader,
 };
 
-use super::{code, s};
+use super::s;
 use crate::replica::Partition;
 use crate::Broker;
 
@@ -19,14 +20,26 @@ use crate::Broker;
 /// are never reused, across restarts and crashes included.
 pub async fn init_producer_id(
     broker: &Arc<Broker>,
-    _header: &RequestHeader,
+    header: &RequestHeader,
     req: InitProducerIdRequest,
 ) -> InitProducerIdResponse {
-    if req.transactional_id.is_some() {
-        return InitProducerIdResponse::default()
-            .with_error_code(code::INVALID_REQUEST)
-            .with_producer_id(ProducerId(-1))
-            .with_producer_epoch(-1);
+    if let Some(id) = &req.transactional_id {
+        // KIP-360 (v3+): the producer's current id and epoch, when it has one.
+        let expected = (header.request_api_version >= 3 && req.producer_id.0 >= 0)
+            .then_some((req.producer_id.0, req.producer_epoch));
+        return match broker
+            .txn()
+            .init_producer_id(id.0.as_str(), req.transaction_timeout_ms, expected)
+            .await
+        {
+            Ok((producer_id, epoch)) => InitProducerIdResponse::default()
+                .with_producer_id(ProducerId(producer_id))
+                .with_producer_epoch(epoch),
+            Err(error) => InitProducerIdResponse::default()
+                .with_error_code(super::txn::fenced_for(header.request_api_version, 4, error))
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1),
+        };
     }
     // Ids come from the metadata log in blocks (AllocateProducerIds), so no two brokers hand out the same one.
     match broker

@@ -11,8 +11,10 @@ pub mod controller_channel;
 mod isr;
 pub mod lifecycle;
 mod offsets_topic;
+mod txn_routes;
 
 pub use offsets_topic::ControllerOffsetsTopic;
+pub use txn_routes::ClusterTxnRoutes;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! Creating `__consumer_offsets` in a cluster: a CreateTopics to the active controller (the only writer of
+//! Creating `__consumer_offsets` (and `__transaction_state`) in a cluster: a CreateTopics to the active controller (the only writer of
 //! metadata), with `offsets.topic.replication.factor` capped at the live brokers, as Kafka's auto-creation of
 //! its internal topics does. The topic then reaches this broker's partitions through the image, like any other.
 
@@ -11,7 +11,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::controller_channel::ControllerChannel;
 use super::ClusterRuntime;
-use crate::group::{BoxFuture, OffsetsTopicCreator, OffsetsTopicSpec, OFFSETS_TOPIC};
+use crate::group::{BoxFuture, OffsetsTopicCreator, OffsetsTopicSpec};
 use crate::replica::ReplicaManager;
 use annal_metadata::MetadataNode;
 
@@ -38,10 +38,20 @@ impl ControllerOffsetsTopic {
     async fn create_now(&self, spec: OffsetsTopicSpec) -> anyhow::Result<()> {
         let live = self.node.image().live_brokers().count();
         let live = i16::try_from(live).unwrap_or(i16::MAX);
-        anyhow::ensure!(live > 0, "no live broker to place {OFFSETS_TOPIC} on yet");
+        let name = spec.name;
+        anyhow::ensure!(live > 0, "no live broker to place {name} on yet");
         let replication_factor = spec.replication_factor.clamp(1, live);
+        let mut spec = spec;
+        // A min.insync.replicas above the replicas placed would refuse every acks=all write (see decision 0012).
+        if let Some(min_isr) = spec.configs.get_mut("min.insync.replicas") {
+            let capped = min_isr
+                .parse::<i16>()
+                .unwrap_or(1)
+                .clamp(1, replication_factor);
+            *min_isr = capped.to_string();
+        }
         let topic = CreatableTopic::default()
-            .with_name(StrBytes::from_static_str(OFFSETS_TOPIC).into())
+            .with_name(StrBytes::from_static_str(name).into())
             .with_num_partitions(spec.partitions)
             .with_replication_factor(replication_factor)
             .with_configs(
@@ -61,7 +71,7 @@ impl ControllerOffsetsTopic {
         for t in &resp.topics {
             anyhow::ensure!(
                 t.error_code == 0 || t.error_code == TOPIC_ALREADY_EXISTS,
-                "the controller refused to create {OFFSETS_TOPIC} (error {}: {})",
+                "the controller refused to create {name} (error {}: {})",
                 t.error_code,
                 t.error_message.as_deref().unwrap_or("")
             );
@@ -69,13 +79,13 @@ impl ControllerOffsetsTopic {
         tracing::info!(
             replication_factor,
             partitions = spec.partitions,
-            "asked the controller to create {OFFSETS_TOPIC}"
+            "asked the controller to create {name}"
         );
         let deadline = tokio::time::Instant::now() + VISIBLE_WAIT_MAX;
-        while self.replicas.topic(OFFSETS_TOPIC).is_none() {
+        while self.replicas.topic(name).is_none() {
             anyhow::ensure!(
                 tokio::time::Instant::now() < deadline,
-                "{OFFSETS_TOPIC} was created but has not reached this broker yet; retry"
+                "{name} was created but has not reached this broker yet; retry"
             );
             tokio::time::sleep(VISIBLE_POLL).await;
         }

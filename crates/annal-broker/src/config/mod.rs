@@ -217,6 +217,36 @@ pub const BROKER_SETTINGS: &[Setting] = &[
     setting("connections.max.idle.ms", long(1), "600000"),
     setting("producer.id.expiration.ms", int(1), "86400000"),
     setting("transactional.id.expiration.ms", int(1), "604800000"),
+    // Transaction coordinator.
+    setting("transaction.state.log.num.partitions", int(1), "50"),
+    setting(
+        "transaction.state.log.replication.factor",
+        Kind::Int {
+            min: 1,
+            max: i16::MAX as i64,
+        },
+        "3",
+    ),
+    setting(
+        "transaction.state.log.min.isr",
+        Kind::Int {
+            min: 1,
+            max: i16::MAX as i64,
+        },
+        "2",
+    ),
+    setting("transaction.state.log.segment.bytes", int(1), "104857600"),
+    setting("transaction.max.timeout.ms", int(1), "900000"),
+    setting(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        int(1),
+        "10000",
+    ),
+    setting(
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        int(1),
+        "3600000",
+    ),
     // Group coordinator.
     setting("offsets.topic.num.partitions", int(1), "50"),
     setting("offsets.topic.segment.bytes", int(1), "104857600"),
@@ -305,8 +335,6 @@ pub const IGNORED_KAFKA_SETTINGS: &[&str] = &[
     "socket.send.buffer.bytes",
     "socket.receive.buffer.bytes",
     "num.recovery.threads.per.data.dir",
-    "transaction.state.log.replication.factor",
-    "transaction.state.log.min.isr",
     "zookeeper.connect",
     "zookeeper.connection.timeout.ms",
     "log.cleaner.enable",
@@ -394,6 +422,8 @@ pub struct BrokerConfig {
     pub groups: crate::group::GroupConfig,
     /// The HTTP listener, lag health and the retention guard (`http.listen`, `lag.*`).
     pub ops: crate::ops::OpsConfig,
+    /// The transaction coordinator's settings (`transaction.*`, `transactional.id.expiration.ms`).
+    pub transactions: crate::txn::TxnConfig,
     /// Every honoured setting's effective value and source, for DescribeConfigs on the broker resource.
     pub described: BTreeMap<String, (String, Source)>,
 }
@@ -621,6 +651,22 @@ impl BrokerConfig {
                 http_listen: get("http.listen").filter(|v| !v.trim().is_empty()),
                 http_listen_explicit: explicit.contains_key("http.listen"),
                 lag_retention_warning_ms: num("lag.retention.warning.ms"),
+            },
+            transactions: crate::txn::TxnConfig {
+                num_partitions: num("transaction.state.log.num.partitions") as u32,
+                replication_factor: num("transaction.state.log.replication.factor")
+                    .clamp(1, i16::MAX as i64) as i16,
+                min_isr: num("transaction.state.log.min.isr").clamp(1, i16::MAX as i64) as i16,
+                segment_bytes: num("transaction.state.log.segment.bytes"),
+                max_timeout_ms: num("transaction.max.timeout.ms").clamp(1, i32::MAX as i64) as i32,
+                id_expiration_ms: num("transactional.id.expiration.ms"),
+                abort_timed_out_interval_ms: num(
+                    "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+                ) as u64,
+                remove_expired_interval_ms: num(
+                    "transaction.remove.expired.transaction.cleanup.interval.ms",
+                ) as u64,
+                ..crate::txn::TxnConfig::default()
             },
             described,
         })

@@ -438,12 +438,16 @@ pub(super) struct State {
     /// [`Partition::replace_prefix_with_snapshot`]; a cluster waits for the engine's compaction).
     pub rewrite_enabled: bool,
     next_retention_check: Instant,
+    /// Offsets of open transactions (TxnOffsetCommit), visible once their COMMIT marker arrives.
+    pub txn_pending: super::txn_offsets::TxnPending,
 }
 
 /// What loading a partition's log produced, to install under the state lock.
 pub(super) struct Loaded {
     pub groups: HashMap<String, Group>,
     pub records: u64,
+    /// Transactional offsets whose transaction was still open at the log end.
+    pub txn_pending: Vec<((u32, i64), super::txn_offsets::PendingOffsets)>,
 }
 
 /// Replays `part` (partition `partition` of `__consumer_offsets`) into groups; when `rewrite` and the log is
@@ -455,10 +459,35 @@ pub(super) fn load(
     rewrite: bool,
 ) -> anyhow::Result<Loaded> {
     let now = Instant::now();
-    let mut groups = HashMap::new();
-    let stats = super::store::replay(part, |key, value| {
-        apply_record(&mut groups, partition, key, value, now)
-    })?;
+    let groups = std::cell::RefCell::new(HashMap::new());
+    let open: std::cell::RefCell<HashMap<i64, super::txn_offsets::PendingOffsets>> =
+        Default::default();
+    let stats = super::store::replay_with_markers(
+        part,
+        |producer, key, value| match producer {
+            None => apply_record(&mut groups.borrow_mut(), partition, key, value, now),
+            Some(pid) => stage_txn_record(open.borrow_mut().entry(pid).or_default(), key, value),
+        },
+        |pid, commit| {
+            let Some(offsets) = open.borrow_mut().remove(&pid) else {
+                return;
+            };
+            if !commit {
+                return;
+            }
+            let mut groups = groups.borrow_mut();
+            for ((group, topic, p), entry) in offsets {
+                groups
+                    .entry(group.clone())
+                    .or_insert_with(|| Group::new(group, partition, wall_ms()))
+                    .offsets
+                    .insert((topic, p), entry);
+            }
+        },
+    )?;
+    let mut groups = groups.into_inner();
+    let txn_pending: Vec<_> =
+        super::txn_offsets::open_at_end(partition, open.into_inner()).collect();
     let mut records = stats.records;
     if rewrite {
         let live = live_records(groups.values());
@@ -484,7 +513,44 @@ pub(super) fn load(
             m.session_deadline = now + ms(m.session_timeout_ms);
         }
     }
-    Ok(Loaded { groups, records })
+    Ok(Loaded {
+        groups,
+        records,
+        txn_pending,
+    })
+}
+
+/// A transactional offset record met while replaying: pending until its transaction's marker.
+fn stage_txn_record(
+    pending: &mut super::txn_offsets::PendingOffsets,
+    key: &[u8],
+    value: Option<&[u8]>,
+) {
+    let Some(RecordKey::Offset {
+        group,
+        topic,
+        partition,
+    }) = records::decode_key(key)
+    else {
+        return;
+    };
+    match value.and_then(records::decode_offset_value) {
+        Some(v) => {
+            pending.insert(
+                (group, topic, partition),
+                OffsetEntry {
+                    offset: v.offset,
+                    leader_epoch: v.leader_epoch,
+                    metadata: v.metadata,
+                    commit_timestamp: v.commit_timestamp,
+                    expire_timestamp: v.expire_timestamp,
+                },
+            );
+        }
+        None => {
+            pending.remove(&(group, topic, partition));
+        }
+    }
 }
 
 /// The live records of `groups`: the group metadata last written and every committed offset.
@@ -523,6 +589,7 @@ impl State {
                 + Duration::from_millis(config.offsets_retention_check_interval_ms),
             rewrite_enabled,
             config,
+            txn_pending: Default::default(),
         }
     }
 
@@ -577,6 +644,8 @@ impl State {
             );
             self.groups.insert(id, g);
         }
+        self.txn_pending.drop_partition(partition);
+        self.txn_pending.by_producer.extend(loaded.txn_pending);
         self.writer.owned.insert(
             partition,
             Owned::Active {
@@ -595,6 +664,7 @@ impl State {
             return;
         }
         self.groups.retain(|_, g| g.partition != partition);
+        self.txn_pending.drop_partition(partition);
         tracing::info!(
             partition,
             "no longer the coordinator of {}-{partition}",
@@ -627,6 +697,14 @@ impl State {
             *records = live.len() as u64;
         }
         Ok(())
+    }
+
+    /// Whether some owned partition is still being replayed.
+    pub fn is_loading(&self) -> bool {
+        self.writer
+            .owned
+            .values()
+            .any(|o| matches!(o, Owned::Loading { .. }))
     }
 
     pub fn take_waits(&mut self) -> Vec<CommitWait> {

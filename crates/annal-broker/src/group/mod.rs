@@ -31,7 +31,8 @@ mod classic;
 mod consumer;
 mod offsets;
 pub mod records;
-mod store;
+pub(crate) mod store;
+mod txn_offsets;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -76,6 +77,7 @@ pub mod code {
     pub const FENCED_MEMBER_EPOCH: i16 = 110;
     pub const UNRELEASED_INSTANCE_ID: i16 = 111;
     pub const UNSUPPORTED_ASSIGNOR: i16 = 112;
+    pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
     pub const STALE_MEMBER_EPOCH: i16 = 113;
 }
 
@@ -204,6 +206,8 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// What `__consumer_offsets` is created with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OffsetsTopicSpec {
+    /// The internal topic: `__consumer_offsets`, or `__transaction_state` for the transaction coordinator.
+    pub name: &'static str,
     pub partitions: i32,
     /// `offsets.topic.replication.factor`; the creator caps it at the live brokers.
     pub replication_factor: i16,
@@ -223,7 +227,7 @@ impl OffsetsTopicCreator for LocalOffsetsTopic {
     fn create(&self, spec: OffsetsTopicSpec) -> BoxFuture<'_, anyhow::Result<()>> {
         let rm = self.0.clone();
         Box::pin(async move {
-            crate::blocking(move || rm.create_topic(OFFSETS_TOPIC, spec.partitions, spec.configs))
+            crate::blocking(move || rm.create_topic(spec.name, spec.partitions, spec.configs))
                 .await
                 .map(|_| ())
         })
@@ -378,6 +382,12 @@ impl GroupCoordinator {
         }
         for handle in reconcile(shared) {
             let _ = handle.await;
+        }
+        // The timer's reconcile may have started some of the loads (then there is no handle to await here):
+        // wait for those too, so the request that created the topic is served rather than told to retry.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while shared.state.lock().is_loading() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
         Ok(())
     }
@@ -592,8 +602,26 @@ impl GroupCoordinator {
             if let Err(error) = self.ready(req.group_id.0.as_str()).await {
                 return offsets::fetch_error(&req, api_version, error);
             }
-            return self.shared.state.lock().offset_fetch(req, api_version);
+            let require_stable = api_version >= 7 && req.require_stable;
+            let group = req.group_id.0.to_string();
+            let state = self.shared.state.lock();
+            let mut resp = state.offset_fetch(req, api_version);
+            if require_stable {
+                for t in &mut resp.topics {
+                    for p in &mut t.partitions {
+                        if state.has_pending_txn_offset(
+                            &group,
+                            t.name.0.as_str(),
+                            p.partition_index,
+                        ) {
+                            p.error_code = code::UNSTABLE_OFFSET_COMMIT;
+                        }
+                    }
+                }
+            }
+            return resp;
         }
+        let require_stable = req.require_stable;
         let ids: Vec<String> = req
             .groups
             .iter()
@@ -612,7 +640,25 @@ impl GroupCoordinator {
                 ),
             }
         }
-        let mut resp = self.shared.state.lock().offset_fetch(served, api_version);
+        let state = self.shared.state.lock();
+        let mut resp = state.offset_fetch(served, api_version);
+        if require_stable {
+            // KIP-447: an offset a transaction may still change is not answered; the client retries.
+            for g in &mut resp.groups {
+                for t in &mut g.topics {
+                    for p in &mut t.partitions {
+                        if state.has_pending_txn_offset(
+                            &g.group_id.0,
+                            t.name.0.as_str(),
+                            p.partition_index,
+                        ) {
+                            p.error_code = code::UNSTABLE_OFFSET_COMMIT;
+                        }
+                    }
+                }
+            }
+        }
+        drop(state);
         resp.groups.extend(refused);
         resp
     }
@@ -764,6 +810,55 @@ impl GroupCoordinator {
         resp
     }
 
+    /// TxnOffsetCommit: the offsets are written as the producer's transactional batch and become the group's
+    /// only when the transaction commits ([`GroupCoordinator::complete_transaction`]).
+    pub async fn txn_offset_commit(
+        &self,
+        req: TxnOffsetCommitRequest,
+        _api_version: i16,
+        topics: &dyn TopicCatalog,
+    ) -> TxnOffsetCommitResponse {
+        if let Err(error) = self.ready(req.group_id.0.as_str()).await {
+            return txn_commit_error(&req, error);
+        }
+        let (resp, syncs) = {
+            let mut state = self.shared.state.lock();
+            let resp = state.txn_offset_commit(req.clone(), topics, Instant::now());
+            (resp, state.take_waits())
+        };
+        if !self.after_change(syncs).await {
+            return txn_commit_error(&req, code::COORDINATOR_NOT_AVAILABLE);
+        }
+        resp
+    }
+
+    /// A transaction marker of `producer_id` (at `producer_epoch`) was written to partition `partition` of
+    /// `__consumer_offsets` (Kafka's `GroupCoordinator.completeTransaction`; the WriteTxnMarkers handler calls
+    /// this): the producer's pending transactional offsets there become the groups' committed offsets (`commit`)
+    /// or are dropped. Returns the number of offsets made visible.
+    pub fn complete_transaction(
+        &self,
+        partition: i32,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    ) -> usize {
+        tracing::debug!(
+            partition,
+            producer_id,
+            producer_epoch,
+            commit,
+            "transaction marker written to {OFFSETS_TOPIC}"
+        );
+        let Ok(partition) = u32::try_from(partition) else {
+            return 0;
+        };
+        self.shared
+            .state
+            .lock()
+            .complete_transaction(partition, producer_id, commit)
+    }
+
     /// Committed offsets of `group` (empty if it has none), sorted by topic and partition.
     pub fn committed_offsets(&self, group: &str) -> Vec<CommittedOffset> {
         self.shared.state.lock().committed_offsets(group)
@@ -868,6 +963,7 @@ fn offsets_topic_spec(config: &GroupConfig) -> OffsetsTopicSpec {
         configs.insert("flush.messages".to_string(), "1".to_string());
     }
     OffsetsTopicSpec {
+        name: OFFSETS_TOPIC,
         partitions: i32::try_from(config.offsets_topic_num_partitions).unwrap_or(i32::MAX),
         replication_factor: config.offsets_topic_replication_factor,
         configs,
@@ -1003,6 +1099,32 @@ async fn timer_task(shared: Weak<Shared>) {
             _ = notified => {}
         }
     }
+}
+
+/// `error` for every partition of a TxnOffsetCommit.
+fn txn_commit_error(req: &TxnOffsetCommitRequest, error: i16) -> TxnOffsetCommitResponse {
+    use txn_offset_commit_response::{
+        TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+    };
+    TxnOffsetCommitResponse::default().with_topics(
+        req.topics
+            .iter()
+            .map(|t| {
+                TxnOffsetCommitResponseTopic::default()
+                    .with_name(t.name.clone())
+                    .with_partitions(
+                        t.partitions
+                            .iter()
+                            .map(|p| {
+                                TxnOffsetCommitResponsePartition::default()
+                                    .with_partition_index(p.partition_index)
+                                    .with_error_code(error)
+                            })
+                            .collect(),
+                    )
+            })
+            .collect(),
+    )
 }
 
 /// Milliseconds since the Unix epoch (commit timestamps, retention).

@@ -126,7 +126,12 @@ impl State {
     }
 
     /// Kafka's `ClassicGroup.validateOffsetCommit`; NONE when the commit may proceed.
-    fn validate_commit(&mut self, req: &OffsetCommitRequest, version: i16, now: Instant) -> i16 {
+    pub(super) fn validate_commit(
+        &mut self,
+        req: &OffsetCommitRequest,
+        version: i16,
+        now: Instant,
+    ) -> i16 {
         if req.group_id.0.is_empty() {
             return code::INVALID_GROUP_ID;
         }

@@ -38,6 +38,16 @@ pub fn replay(
     part: &Partition,
     mut apply: impl FnMut(&[u8], Option<&[u8]>),
 ) -> anyhow::Result<ReplayStats> {
+    replay_with_markers(part, |_, key, value| apply(key, value), |_, _| {})
+}
+
+/// [`replay`] that also says which records are transactional (`Some(producer id)`) and calls
+/// `marker(producer_id, commit)` for each transaction marker (control batch), in log order.
+pub fn replay_with_markers(
+    part: &Partition,
+    mut apply: impl FnMut(Option<i64>, &[u8], Option<&[u8]>),
+    mut marker: impl FnMut(i64, bool),
+) -> anyhow::Result<ReplayStats> {
     let name = part.name();
     let mut offset = part.log_start_offset();
     let mut stats = ReplayStats { records: 0 };
@@ -66,6 +76,9 @@ pub fn replay(
             }
             offset = header.next_offset();
             if header.is_control() {
+                if let Some(commit) = control_marker(batch_bytes) {
+                    marker(header.producer_id, commit);
+                }
                 continue;
             }
             if header.compression() != Some(Compression::None) {
@@ -76,13 +89,33 @@ pub fn replay(
                 );
                 continue;
             }
-            stats.records += for_each_record(batch_bytes, &mut apply);
+            let producer = header.is_transactional().then_some(header.producer_id);
+            stats.records +=
+                for_each_record(batch_bytes, &mut |key: &[u8], value: Option<&[u8]>| {
+                    apply(producer, key, value)
+                });
         }
         if offset == before {
             break; // no progress: a torn or foreign batch; recovery in Log::open already cut torn tails
         }
     }
     Ok(stats)
+}
+
+/// A control batch's marker: `Some(true)` COMMIT, `Some(false)` ABORT (its record key: version i16, type i16),
+/// `None` for another control type or a malformed record.
+fn control_marker(batch: &[u8]) -> Option<bool> {
+    let mut found = None;
+    for_each_record(batch, &mut |key: &[u8], _| {
+        if found.is_none() && key.len() >= 4 {
+            found = match i16::from_be_bytes([key[2], key[3]]) {
+                0 => Some(false),
+                1 => Some(true),
+                _ => None,
+            };
+        }
+    });
+    found
 }
 
 /// Prepares a single-node data directory written before `__consumer_offsets` was a registered topic: finishes
@@ -186,12 +219,17 @@ fn recover_rewrite(dir: &Path, partition: u32) -> anyhow::Result<()> {
 }
 
 pub fn build(records: &[Record], now_ms: i64) -> Vec<u8> {
+    build_with(records, now_ms, ProducerFields::default())
+}
+
+/// [`build`] with producer fields (a transactional offset commit is a batch of the producer's).
+pub fn build_with(records: &[Record], now_ms: i64, producer: ProducerFields) -> Vec<u8> {
     let pairs: Vec<KeyValue> = records
         .iter()
         .map(|r| (Some(r.key.as_slice()), r.value.as_deref()))
         .collect();
     let timestamps = vec![now_ms; records.len()];
-    batch::build_batch(&pairs, &timestamps, ProducerFields::default())
+    batch::build_batch(&pairs, &timestamps, producer)
 }
 
 /// Calls `apply(key, value)` for each record of an uncompressed batch; stops at the first malformed record.

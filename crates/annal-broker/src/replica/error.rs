@@ -129,6 +129,8 @@ fn log_error_code(e: &LogError) -> i16 {
         LogError::OutOfOrderSequence { .. } => code::OUT_OF_ORDER_SEQUENCE_NUMBER,
         LogError::InvalidProducerEpoch { .. } => code::INVALID_PRODUCER_EPOCH,
         LogError::UnknownProducerId { .. } => code::UNKNOWN_PRODUCER_ID,
+        LogError::InvalidTxnState { .. } => code::INVALID_TXN_STATE,
+        LogError::TransactionCoordinatorFenced { .. } => code::TRANSACTION_COORDINATOR_FENCED,
         _ => code::KAFKA_STORAGE_ERROR,
     }
 }

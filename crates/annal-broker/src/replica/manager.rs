@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use annal_log::{AppendInfo, FileSlice, LogError};
+use annal_log::{AppendInfo, AppendOrigin, FileSlice, LogError};
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::Notify;
@@ -40,6 +40,9 @@ pub struct FetchParams {
     /// The response's byte budget over all partitions (the first partition with data exceeds it if its first
     /// batch alone is larger, KIP-74).
     pub max_bytes: usize,
+    /// Isolation level READ_COMMITTED: consumers read up to the last stable offset and learn the aborted
+    /// transactions of what they read. Followers ignore it.
+    pub read_committed: bool,
 }
 
 /// One partition of a fetch: resolved by the caller ([`ReplicaManager::partition_or_error`]), so an unknown one
@@ -59,6 +62,10 @@ pub struct FetchPartition {
 /// reading (unknown, not leader, fenced).
 pub struct FetchPartitionResult {
     pub high_watermark: i64,
+    /// -1 when the partition failed before reading.
+    pub last_stable_offset: i64,
+    /// read_committed consumer reads: the aborted transactions `(producer id, first offset)` of the records.
+    pub aborted_transactions: Option<Vec<(i64, i64)>>,
     pub log_start_offset: i64,
     pub records: Result<Option<FileSlice>, PartitionError>,
     /// (epoch, end offset) for a follower whose log diverges from the leader's.
@@ -346,6 +353,19 @@ impl ReplicaManager {
         required_acks: i16,
         entries: Vec<AppendEntry>,
     ) -> Vec<Result<AppendInfo, PartitionError>> {
+        self.append_records_as(AppendOrigin::Client, timeout, required_acks, entries)
+            .await
+    }
+
+    /// [`Self::append_records`] for a given writer: WriteTxnMarkers appends its control batches as
+    /// [`AppendOrigin::Coordinator`] (clients may not write control batches).
+    pub async fn append_records_as(
+        &self,
+        origin: AppendOrigin,
+        timeout: Duration,
+        required_acks: i16,
+        entries: Vec<AppendEntry>,
+    ) -> Vec<Result<AppendInfo, PartitionError>> {
         let deadline = tokio::time::Instant::now() + timeout;
         let work: Vec<Result<(Arc<Partition>, Bytes), PartitionError>> = entries
             .into_iter()
@@ -364,7 +384,8 @@ impl ReplicaManager {
                 .map(|w| {
                     let (part, records) = w?;
                     let mut batches = records.to_vec();
-                    let appended = part.append_records_to_leader(&mut batches, required_acks, now);
+                    let appended =
+                        part.append_to_leader_as(origin, &mut batches, required_acks, now);
                     if let Ok(a) = &appended {
                         if !a.info.duplicate {
                             part.stats
@@ -539,9 +560,9 @@ impl ReplicaManager {
             // Watch before reading, so an append between the read and the wait still wakes us.
             let can_wait = watching.watch_all();
             let p = plan.clone();
-            let max_bytes = params.max_bytes;
+            let (max_bytes, read_committed) = (params.max_bytes, params.read_committed);
             // Index lookups (and page faults on them) run off the async workers.
-            let pass = crate::blocking(move || read_pass(&p, max_bytes)).await;
+            let pass = crate::blocking(move || read_pass(&p, max_bytes, read_committed)).await;
             let now = tokio::time::Instant::now();
             if failed_early
                 || pass.total >= params.min_bytes
@@ -572,6 +593,8 @@ impl ReplicaManager {
             .map(|e| match e {
                 Some(e) => FetchPartitionResult {
                     high_watermark: -1,
+                    last_stable_offset: -1,
+                    aborted_transactions: None,
                     log_start_offset: -1,
                     records: Err(e),
                     diverging_epoch: None,
@@ -655,7 +678,7 @@ struct Pass {
 
 /// One read of every planned partition. The first partition with data returns at least one whole batch even
 /// past the limits (KIP-74, so a large batch never blocks a consumer); later partitions stop at the limits.
-fn read_pass(plan: &[Planned], max_bytes: usize) -> Pass {
+fn read_pass(plan: &[Planned], max_bytes: usize, read_committed: bool) -> Pass {
     let mut total = 0usize;
     let mut failed = false;
     let mut results = Vec::with_capacity(plan.len());
@@ -663,7 +686,9 @@ fn read_pass(plan: &[Planned], max_bytes: usize) -> Pass {
         let budget = (p.max_bytes.max(0) as usize).min(max_bytes.saturating_sub(total));
         let first = total == 0;
         let read = match p.replica {
-            None => p.part.read(p.current_leader_epoch, p.offset, budget),
+            None => p
+                .part
+                .read(p.current_leader_epoch, p.offset, budget, read_committed),
             Some(replica) => p.part.read_for_follower(
                 replica,
                 p.current_leader_epoch,
@@ -675,12 +700,15 @@ fn read_pass(plan: &[Planned], max_bytes: usize) -> Pass {
         let result = match read {
             Err(e) => FetchPartitionResult {
                 high_watermark: -1,
+                last_stable_offset: -1,
+                aborted_transactions: None,
                 log_start_offset: -1,
                 records: Err(e),
                 diverging_epoch: None,
             },
             Ok(read) => FetchPartitionResult {
                 high_watermark: read.high_watermark,
+                last_stable_offset: read.last_stable_offset,
                 log_start_offset: read.log_start_offset,
                 diverging_epoch: read.diverging_epoch,
                 records: read.records.map(|slice| {
@@ -688,7 +716,20 @@ fn read_pass(plan: &[Planned], max_bytes: usize) -> Pass {
                         total += s.len();
                     })
                 }),
+                aborted_transactions: read.aborted_transactions,
             },
+        };
+        // A slice left out for the byte budget takes its aborted transactions with it.
+        let result = match result {
+            FetchPartitionResult {
+                records: Ok(None),
+                aborted_transactions: Some(_),
+                ..
+            } => FetchPartitionResult {
+                aborted_transactions: Some(Vec::new()),
+                ..result
+            },
+            other => other,
         };
         if result.diverging_epoch.is_some() {
             // The follower must truncate before anything else: answer now.

@@ -12,8 +12,8 @@ use std::sync::{Arc, OnceLock};
 
 use annal_log::producer::ProducerStateManager;
 use annal_log::{
-    AppendInfo, AppendOptions, DurableLog, DurableWait, FileSlice, GroupCommit, Log, LogConfig,
-    LogError, SyncHandle, TimestampType,
+    AppendInfo, AppendOptions, AppendOrigin, DurableLog, DurableWait, FileSlice, GroupCommit, Log,
+    LogConfig, LogError, SyncHandle, TimestampType,
 };
 use parking_lot::{Mutex, RwLock};
 use uuid::Uuid;
@@ -131,6 +131,11 @@ pub struct LeaderAppend {
 pub struct PartitionRead {
     pub records: Result<Option<FileSlice>, PartitionError>,
     pub high_watermark: i64,
+    /// `min(high watermark, first unstable offset)`: what read_committed consumers may read.
+    pub last_stable_offset: i64,
+    /// For a read_committed read: the aborted transactions `(producer id, first offset)` overlapping the
+    /// records returned, from the transaction indexes. `None` for read_uncommitted and replica reads.
+    pub aborted_transactions: Option<Vec<(i64, i64)>>,
     pub log_start_offset: i64,
     /// For a follower whose log diverges from the leader's (Fetch v12+): the largest epoch both have and where
     /// it ends on the leader. The follower truncates there.
@@ -451,6 +456,18 @@ impl Partition {
         required_acks: i16,
         now_ms: i64,
     ) -> Result<LeaderAppend, PartitionError> {
+        self.append_to_leader_as(AppendOrigin::Client, batches, required_acks, now_ms)
+    }
+
+    /// [`Self::append_records_to_leader`] for a given writer: the broker itself (transaction markers) appends
+    /// as [`AppendOrigin::Coordinator`], which may write control batches.
+    pub fn append_to_leader_as(
+        &self,
+        origin: AppendOrigin,
+        batches: &mut [u8],
+        required_acks: i16,
+        now_ms: i64,
+    ) -> Result<LeaderAppend, PartitionError> {
         let state = self.state.read();
         self.check_leader(&state, -1)?;
         let min_isr = state.config.min_insync_replicas;
@@ -469,7 +486,7 @@ impl Partition {
             } else {
                 TimestampType::CreateTime
             },
-            ..Default::default()
+            origin,
         };
         let mut log = self.log.lock();
         let info = log
@@ -482,6 +499,8 @@ impl Partition {
             .config
             .durable
             .then(|| self.group_commit().durable(info.last_offset));
+        // Keeps the ended-transaction list short on a leader nobody reads read_committed from.
+        log.on_high_watermark(self.high_watermark.load(Ordering::Acquire));
         drop(log);
         drop(state);
         if !info.duplicate {
@@ -590,30 +609,54 @@ impl Partition {
     }
 
     /// Reads whole batches from `offset`, at most `max_bytes` (the first batch whole even if larger) and nothing
-    /// at or past the high watermark. Takes the slice under the lock; its bytes are read (or sent) later.
+    /// at or past the high watermark, or with `read_committed` the last stable offset; a read_committed read
+    /// also answers the aborted transactions of the range it returns (from the transaction indexes, no scan).
+    /// Takes the slice under the lock; its bytes are read (or sent) later.
     pub fn read(
         &self,
         current_leader_epoch: i32,
         offset: i64,
         max_bytes: usize,
+        read_committed: bool,
     ) -> Result<PartitionRead, PartitionError> {
         let hw = self.high_watermark();
         let state = self.state.read();
         self.check_leader(&state, current_leader_epoch)?;
-        let log = self.log.lock();
-        let records = log
-            .read(offset, max_bytes.max(1), Some(hw))
-            .map(|r| r.slice)
+        let mut log = self.log.lock();
+        log.on_high_watermark(hw);
+        let lso = log.last_stable_offset(hw);
+        let upper = if read_committed { lso } else { hw };
+        let read = log
+            .read(offset, max_bytes.max(1), Some(upper))
             .map_err(|source| PartitionError::Log {
                 partition: self.name(),
                 source,
             });
+        let aborted_transactions = read_committed.then(|| match &read {
+            Ok(r) => r
+                .slice_end_offset
+                .map(|end| log.aborted_transactions(offset, end.min(upper)))
+                .unwrap_or_default(),
+            Err(_) => Vec::new(),
+        });
         Ok(PartitionRead {
-            records,
+            records: read.map(|r| r.slice),
             high_watermark: hw,
+            last_stable_offset: lso,
+            aborted_transactions,
             log_start_offset: log.log_start_offset(),
             diverging_epoch: None,
         })
+    }
+
+    /// The last stable offset: `min(high watermark, first unstable offset)`, where the first unstable offset is
+    /// the start of the oldest transaction not yet ended by a marker the high watermark has passed. On a
+    /// follower, from its own producer state and the high watermark its leader sent (as Kafka's followers do).
+    pub fn last_stable_offset(&self) -> i64 {
+        let hw = self.high_watermark();
+        let mut log = self.log.lock();
+        log.on_high_watermark(hw);
+        log.last_stable_offset(hw)
     }
 
     /// Reads as the leader, up to the log end rather than the high watermark: for a coordinator loading its
@@ -639,6 +682,8 @@ impl Partition {
         Ok(PartitionRead {
             records,
             high_watermark: hw,
+            last_stable_offset: log.last_stable_offset(hw),
+            aborted_transactions: None,
             log_start_offset: log.log_start_offset(),
             diverging_epoch: None,
         })
@@ -670,11 +715,15 @@ impl Partition {
             let (epoch, end) =
                 end_offset_for_epoch(&state.epochs, fetch.last_fetched_epoch, log_end);
             if epoch != fetch.last_fetched_epoch || end < offset {
+                let hw = self.high_watermark.load(Ordering::Acquire);
+                let lso = log.last_stable_offset(hw);
                 drop(log);
                 drop(state);
                 return Ok(PartitionRead {
                     records: Ok(None),
-                    high_watermark: self.high_watermark.load(Ordering::Acquire),
+                    high_watermark: hw,
+                    last_stable_offset: lso,
+                    aborted_transactions: None,
                     log_start_offset: log_start,
                     diverging_epoch: Some((epoch, end)),
                 });
@@ -692,9 +741,12 @@ impl Partition {
         if records.is_ok() {
             self.record_follower_fetch(fetch, offset, log_end, now_ms);
         }
+        let hw = self.high_watermark.load(Ordering::Acquire);
         Ok(PartitionRead {
             records,
-            high_watermark: self.high_watermark.load(Ordering::Acquire),
+            high_watermark: hw,
+            last_stable_offset: self.log.lock().last_stable_offset(hw),
+            aborted_transactions: None,
             log_start_offset: log_start,
             diverging_epoch: None,
         })
@@ -873,6 +925,8 @@ impl Partition {
                 .map_err(storage)?;
         }
         let hw = leader_hw.min(log.log_end_offset());
+        // Ended transactions whose markers are committed no longer hold the follower's LSO back.
+        log.on_high_watermark(hw);
         drop(log);
         drop(state);
         if self.high_watermark.fetch_max(hw, Ordering::AcqRel) < hw {
@@ -929,17 +983,33 @@ impl Partition {
     }
 
     /// ListOffsets: the offset (and its timestamp and leader epoch) `spec` names.
+    /// With `read_committed` (isolation level 1) LATEST is the last stable offset, and a lookup by time finds
+    /// nothing at or past it, as Kafka answers.
     pub fn list_offsets(
         &self,
         current_leader_epoch: i32,
         spec: OffsetSpec,
+        read_committed: bool,
     ) -> Result<OffsetAndEpoch, PartitionError> {
         let hw = self.high_watermark();
         let state = self.state.read();
         self.check_leader(&state, current_leader_epoch)?;
-        let log = self.log.lock();
+        let mut log = self.log.lock();
+        log.on_high_watermark(hw);
+        let lso = log.last_stable_offset(hw);
         let (timestamp, offset) = match spec {
+            OffsetSpec::Latest if read_committed => (-1, lso),
             OffsetSpec::Latest => (-1, hw),
+            OffsetSpec::Timestamp(ts) if read_committed => match log.offset_for_timestamp(ts) {
+                Ok(Some((offset, timestamp))) if offset < lso => (timestamp, offset),
+                Ok(_) => (-1, -1),
+                Err(source) => {
+                    return Err(PartitionError::Log {
+                        partition: self.name(),
+                        source,
+                    })
+                }
+            },
             OffsetSpec::Earliest => (-1, log.log_start_offset()),
             OffsetSpec::MaxTimestamp => log.max_timestamp().unwrap_or((-1, -1)),
             OffsetSpec::Timestamp(ts) => match log.offset_for_timestamp(ts) {
@@ -1251,7 +1321,7 @@ mod tests {
             .err()
             .unwrap();
         assert_eq!(e.code(), crate::kafka_code::NOT_LEADER_OR_FOLLOWER);
-        assert_eq!(p.read(-1, 0, 100).err().unwrap().code(), 6);
+        assert_eq!(p.read(-1, 0, 100, false).err().unwrap().code(), 6);
         assert!(!p.is_leader());
         assert_eq!((p.leader(), p.leader_epoch()), (2, 3));
     }
@@ -1296,16 +1366,22 @@ mod tests {
         assert_eq!(p.offset_for_leader_epoch(-1, 3).unwrap(), (0, 1));
         assert_eq!(p.offset_for_leader_epoch(-1, 5).unwrap(), (5, 2));
         assert_eq!(p.offset_for_leader_epoch(-1, 6).unwrap(), (-1, -1));
-        let latest = p.list_offsets(5, OffsetSpec::Latest).unwrap();
+        let latest = p.list_offsets(5, OffsetSpec::Latest, false).unwrap();
         assert_eq!((latest.offset, latest.leader_epoch), (2, 5));
-        let earliest = p.list_offsets(-1, OffsetSpec::Earliest).unwrap();
+        let earliest = p.list_offsets(-1, OffsetSpec::Earliest, false).unwrap();
         assert_eq!((earliest.offset, earliest.leader_epoch), (0, 0));
         assert_eq!(
-            p.list_offsets(4, OffsetSpec::Latest).err().unwrap().code(),
+            p.list_offsets(4, OffsetSpec::Latest, false)
+                .err()
+                .unwrap()
+                .code(),
             74
         );
         assert_eq!(
-            p.list_offsets(6, OffsetSpec::Latest).err().unwrap().code(),
+            p.list_offsets(6, OffsetSpec::Latest, false)
+                .err()
+                .unwrap()
+                .code(),
             75
         );
     }
@@ -1348,7 +1424,7 @@ mod tests {
         p.read_for_follower(replica(2), 0, 0, 1 << 20, 10).unwrap();
         assert_eq!(p.high_watermark(), 2);
         // Consumers never read past it.
-        let read = p.read(0, 2, 1 << 20).unwrap();
+        let read = p.read(0, 2, 1 << 20, false).unwrap();
         assert!(read.records.unwrap().is_none());
         assert_eq!(read.high_watermark, 2);
     }

@@ -3,6 +3,7 @@
 #![allow(dead_code, clippy::type_complexity)]
 
 pub mod group_versions;
+pub mod txn;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
