@@ -495,6 +495,21 @@ class Cluster:
         return self.wait_until(f"{topic}: {partitions} partitions led by brokers {sorted(allowed)}", probe, timeout)
 
 
+def running(workdir, **kwargs):
+    """A started Cluster(workdir, **kwargs) for a pytest fixture: `yield from running(...)`. A cluster that fails
+    to start is closed (its processes stopped) before the error propagates; one that started is closed after."""
+    c = Cluster(workdir, **kwargs)
+    try:
+        c.start()
+    except BaseException:
+        c.close()
+        raise
+    try:
+        yield c
+    finally:
+        c.close()
+
+
 # ---------------------------------------------------------------- command line
 
 

@@ -19,7 +19,7 @@ import confluent_kafka as ck
 import pytest
 
 import kwire
-from cluster import Cluster, broker_kind, wait_until
+from cluster import broker_kind, running, wait_until
 from clients import ck_produce_all, ck_producer
 from test_cluster import create_topic_via
 
@@ -34,14 +34,7 @@ FAILOVER_BOUND_S = 45  # a dead coordinator's partition led, loaded and served b
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("coordinator"), size=SIZE)
-    try:
-        c.start()
-    except BaseException:
-        c.close()
-        raise
-    yield c
-    c.close()
+    yield from running(tmp_path_factory.mktemp("coordinator"), size=SIZE)
 
 
 @pytest.fixture

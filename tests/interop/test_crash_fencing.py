@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from cluster import Cluster
+from cluster import running
 from clients import ck_consume, ck_produce_all, ck_producer
 from test_replication import create_topic, partition_view, wait_for_isr
 
@@ -27,16 +27,9 @@ ZOMBIE_OBSERVATION_S = 5
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("crash-fencing"), size=SIZE,
+    yield from running(tmp_path_factory.mktemp("crash-fencing"), size=SIZE,
                 overrides={"broker.session.timeout.ms": str(LONG_SESSION_MS),
                            "broker.heartbeat.interval.ms": "1000"})
-    try:
-        c.start()
-    except BaseException:
-        c.close()
-        raise
-    yield c
-    c.close()
 
 
 @pytest.fixture

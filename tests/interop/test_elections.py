@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from clients import ck_produce_all, ck_producer
-from cluster import Cluster
+from cluster import running
 from test_kafka_tools import kafka_tool
 
 pytestmark = pytest.mark.cluster
@@ -28,15 +28,8 @@ ISR_BOUND_S = 60  # a restarted follower caught up and back in the ISR
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("elections"), size=SIZE,
+    yield from running(tmp_path_factory.mktemp("elections"), size=SIZE,
                 overrides={"auto.leader.rebalance.enable": "false"})
-    try:
-        c.start()
-    except BaseException:
-        c.close()
-        raise
-    yield c
-    c.close()
 
 
 def leader_election(via, *args):

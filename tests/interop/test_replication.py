@@ -18,7 +18,7 @@ import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic
 import pytest
 
-from cluster import SESSION_TIMEOUT_MS, Cluster
+from cluster import SESSION_TIMEOUT_MS, running
 from clients import ck_consume, ck_produce_all, ck_producer
 
 pytestmark = pytest.mark.cluster
@@ -31,27 +31,13 @@ FAILOVER_BOUND_S = SESSION_TIMEOUT_MS / 1000 + 15  # a killed leader fenced and 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("replication"), size=SIZE)
-    try:
-        c.start()
-    except BaseException:
-        c.close()
-        raise
-    yield c
-    c.close()
+    yield from running(tmp_path_factory.mktemp("replication"), size=SIZE)
 
 
 @pytest.fixture(scope="module")
 def split_cluster(tmp_path_factory):
     """One controller-only node (1) and three brokers (2, 3, 4): two brokers can die while the quorum lives."""
-    c = Cluster(tmp_path_factory.mktemp("replication-split"), size=4, controllers=1)
-    try:
-        c.start()
-    except BaseException:
-        c.close()
-        raise
-    yield c
-    c.close()
+    yield from running(tmp_path_factory.mktemp("replication-split"), size=4, controllers=1)
 
 
 @pytest.fixture

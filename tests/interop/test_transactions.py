@@ -379,15 +379,8 @@ def test_raw_bad_sequences_get_kafkas_error_codes(broker, topic_name):
 
 @pytest.fixture(scope="module")
 def txn_cluster(tmp_path_factory):
-    from cluster import Cluster
-    c = Cluster(tmp_path_factory.mktemp("txn-cluster"), size=3)
-    try:
-        c.start()
-    except BaseException:
-        c.close()
-        raise
-    yield c
-    c.close()
+    from cluster import running
+    yield from running(tmp_path_factory.mktemp("txn-cluster"), size=3)
 
 
 @pytest.mark.cluster

@@ -11,7 +11,7 @@ import time
 import pytest
 
 import kwire
-from cluster import SESSION_TIMEOUT_MS, Cluster
+from cluster import SESSION_TIMEOUT_MS, running
 from test_replication import create_topic, partition_view, wait_for_isr
 from test_txn_partition import new_producer
 
@@ -23,14 +23,7 @@ FAILOVER_BOUND_S = SESSION_TIMEOUT_MS / 1000 + 15
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("txn-partition"), size=3)
-    try:
-        c.start()
-    except BaseException:
-        c.close()
-        raise
-    yield c
-    c.close()
+    yield from running(tmp_path_factory.mktemp("txn-partition"), size=3)
 
 
 def produce(node, txn_id, topic, values, producer_id, epoch, sequence):
