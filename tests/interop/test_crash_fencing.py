@@ -28,8 +28,8 @@ ZOMBIE_OBSERVATION_S = 5
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     yield from running(tmp_path_factory.mktemp("crash-fencing"), size=SIZE,
-                overrides={"broker.session.timeout.ms": str(LONG_SESSION_MS),
-                           "broker.heartbeat.interval.ms": "1000"})
+                           overrides={"broker.session.timeout.ms": str(LONG_SESSION_MS),
+                                      "broker.heartbeat.interval.ms": "1000"})
 
 
 @pytest.fixture

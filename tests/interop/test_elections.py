@@ -29,7 +29,7 @@ ISR_BOUND_S = 60  # a restarted follower caught up and back in the ISR
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     yield from running(tmp_path_factory.mktemp("elections"), size=SIZE,
-                overrides={"auto.leader.rebalance.enable": "false"})
+                           overrides={"auto.leader.rebalance.enable": "false"})
 
 
 def leader_election(via, *args):
@@ -86,3 +86,50 @@ def test_preferred_election_moves_leadership_back_after_a_restart(cluster, topic
     again = leader_election(via, "--election-type", "preferred", "--topic", topic_name, "--partition", "0")
     assert "Valid replica already elected" in again, again
     ck_produce_all(producer, topic_name, [(None, f"after-{i}".encode(), None, None) for i in range(20)])
+
+
+def reassign_partitions(via, *args):
+    return kafka_tool("org.apache.kafka.tools.reassign.ReassignPartitionsCommand", "--bootstrap-server",
+                      via.bootstrap, *args)
+
+
+def test_kafka_reassign_partitions_moves_a_partition_and_its_data(cluster, topic_name, tmp_path):
+    """`kafka-reassign-partitions --execute` then `--verify`: the new replicas catch up before the old one leaves,
+    and every acknowledged record is on the new replicas at its offset."""
+    import json
+
+    from clients import ck_consume
+
+    c = cluster
+    c.heal()
+    via = c.node(1)
+    admin = AdminClient({"bootstrap.servers": via.bootstrap})
+    fs = admin.create_topics([NewTopic(topic_name, num_partitions=1, replication_factor=-1,
+                                       replica_assignment=[[1]])], operation_timeout=30)
+    fs[topic_name].result(timeout=60)
+    c.wait_until(f"{topic_name} led by node 1", lambda: c.partition_leaders(topic_name, via) == {0: 1}, MOVE_BOUND_S)
+    producer = ck_producer(via, acks="all")
+    reports = ck_produce_all(producer, topic_name, [(None, f"r-{i}".encode(), None, None) for i in range(200)],
+                             partition=0)
+    acknowledged = [(r.offset(), r.value()) for r in reports]
+
+    plan = tmp_path / "reassignment.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic_name, "partition": 0, "replicas": [2, 3], "log_dirs": ["any", "any"]}]}))
+    out = reassign_partitions(via, "--reassignment-json-file", str(plan), "--execute")
+    assert "Successfully started partition reassignment" in out, out
+
+    def completed():
+        verify = reassign_partitions(via, "--reassignment-json-file", str(plan), "--verify")
+        return verify if f"Reassignment of partition {topic_name}-0 is completed" in verify else None
+
+    c.wait_until(f"{topic_name}-0 reassigned to [2, 3]", completed, ISR_BOUND_S, interval=1.0)
+
+    def moved():
+        v = partition_view(c.node(2), topic_name, 0)
+        return v if v and sorted(v["replicas"]) == [2, 3] and sorted(v["isr"]) == [2, 3] and v["leader"] in (2, 3) \
+            else None
+
+    view = c.wait_until(f"{topic_name}-0 on replicas [2, 3]", moved, MOVE_BOUND_S)
+    got = ck_consume(c.node(view["leader"]), topic_name, [0], len(acknowledged))
+    assert [(m.offset(), m.value()) for m in got] == acknowledged
