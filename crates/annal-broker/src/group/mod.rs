@@ -175,6 +175,11 @@ pub trait TopicCatalog: Send + Sync {
     fn topic(&self, name: &str) -> Option<TopicInfo>;
     /// A topic's name by id (for ConsumerGroupDescribe); `None` if unknown.
     fn topic_name(&self, id: uuid::Uuid) -> Option<String>;
+    /// Whether `topic` exists and has a partition `partition`: what an offset commit may name.
+    fn has_partition(&self, topic: &str, partition: i32) -> bool {
+        self.topic(topic)
+            .is_some_and(|t| partition >= 0 && partition < t.partitions)
+    }
 }
 
 /// One committed offset, for lag views.

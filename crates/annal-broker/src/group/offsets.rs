@@ -39,11 +39,7 @@ impl State {
         let group_id = req.group_id.0.to_string();
         // As Kafka, partitions of topics that do not exist are refused before the group is looked at; a commit
         // of only such partitions leaves no trace.
-        let exists = |topic: &str, p: i32| {
-            topics
-                .topic(topic)
-                .is_some_and(|t| p >= 0 && p < t.partitions)
-        };
+        let exists = |topic: &str, p: i32| topics.has_partition(topic, p);
         let any_known = req.topics.iter().any(|t| {
             t.partitions
                 .iter()
@@ -340,11 +336,7 @@ impl State {
         req: OffsetDeleteRequest,
         topics: &dyn TopicCatalog,
     ) -> OffsetDeleteResponse {
-        let exists = |topic: &str, p: i32| {
-            topics
-                .topic(topic)
-                .is_some_and(|t| p >= 0 && p < t.partitions)
-        };
+        let exists = |topic: &str, p: i32| topics.has_partition(topic, p);
         let mut resp = OffsetDeleteResponse::default();
         let group_id = req.group_id.0.to_string();
         let Some(group) = self

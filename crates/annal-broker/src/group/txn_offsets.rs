@@ -100,11 +100,7 @@ impl State {
         now: Instant,
     ) -> TxnOffsetCommitResponse {
         let group_id = req.group_id.0.to_string();
-        let exists = |topic: &str, p: i32| {
-            topics
-                .topic(topic)
-                .is_some_and(|t| p >= 0 && p < t.partitions)
-        };
+        let exists = |topic: &str, p: i32| topics.has_partition(topic, p);
         let mut error = if group_id.is_empty() {
             code::INVALID_GROUP_ID
         } else if req.generation_id >= 0 || !req.member_id.is_empty() {
