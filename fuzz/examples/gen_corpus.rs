@@ -421,6 +421,82 @@ fn log_seeds() {
     }
 }
 
+/// `__transaction_state` keys and values, markers, and a log directory holding committed and aborted
+/// transactions (so `.txnindex` files) for the recovery target.
+fn txn_seeds() {
+    use annal_broker::txn::records::{self as txn_records, TxnLogValue};
+    use annal_broker::txn::state::TxnState;
+    use annal_log::control::{build_marker_batch, EndTxnMarker, TxnOutcome};
+    use annal_log::AppendOrigin;
+    clear("txn_records");
+    let with_selector = |selector: u8, bytes: &[u8]| [&[selector][..], bytes].concat();
+    write("txn_records", "key", &with_selector(0, &txn_records::key("copier-7")));
+    for (name, state, partitions) in [
+        ("empty", TxnState::Empty, vec![]),
+        ("ongoing", TxnState::Ongoing, vec![("orders", 0), ("orders", 2), ("audit", 1)]),
+        ("prepare-commit", TxnState::PrepareCommit, vec![("orders", 1)]),
+        ("complete-abort", TxnState::CompleteAbort, vec![]),
+    ] {
+        let value = TxnLogValue {
+            producer_id: 4000,
+            previous_producer_id: -1,
+            next_producer_id: -1,
+            producer_epoch: 3,
+            timeout_ms: 60_000,
+            state,
+            partitions: partitions.into_iter().map(|(t, p)| (t.to_string(), p)).collect(),
+            last_update_ms: 1_700_000_000_000,
+            start_ms: 1_699_999_990_000,
+            client_transaction_version: 0,
+        };
+        write("txn_records", &format!("value-{name}"), &with_selector(1, &txn_records::value(&value)));
+    }
+    for (name, outcome) in [("commit", TxnOutcome::Commit), ("abort", TxnOutcome::Abort)] {
+        let marker = EndTxnMarker { outcome, coordinator_epoch: 5 };
+        let bytes = build_marker_batch(4000, 3, marker, 1_700_000_000_000);
+        write("txn_records", &format!("marker-{name}"), &with_selector(2, &bytes));
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_log_config()).unwrap();
+    let client = AppendOptions { now_ms: 1_700_000_000_000, ..AppendOptions::default() };
+    let coordinator = AppendOptions {
+        now_ms: 1_700_000_000_000,
+        origin: AppendOrigin::Coordinator,
+        ..AppendOptions::default()
+    };
+    for round in 0..24i32 {
+        let producer_id = 100 + i64::from(round % 3);
+        let sequence = round / 3 * 2;
+        for i in 0..2 {
+            let value = vec![b'a' + (round % 26) as u8; 300];
+            let mut b = batch::build_batch(
+                &[(None, Some(value.as_slice()))],
+                &[1_700_000_000_000],
+                ProducerFields {
+                    producer_id,
+                    producer_epoch: 0,
+                    base_sequence: sequence + i,
+                    transactional: true,
+                },
+            );
+            log.append(&mut b, &client).unwrap();
+        }
+        let outcome = if round % 2 == 0 { TxnOutcome::Abort } else { TxnOutcome::Commit };
+        let mut m = build_marker_batch(
+            producer_id,
+            0,
+            EndTxnMarker { outcome, coordinator_epoch: 1 },
+            1_700_000_000_000,
+        );
+        log.append(&mut m, &coordinator).unwrap();
+    }
+    log.close().unwrap();
+    let packed = pack_dir(dir.path()).unwrap();
+    write("log_recovery", "transactions", &packed);
+    println!("log_recovery transactions: {} bytes; txn_records seeds", packed.len());
+}
+
 fn metadata_seeds() {
     clear("metadata_record");
     clear("raft_entry");
@@ -700,6 +776,7 @@ fn main() {
     request_seeds();
     batch_seeds();
     log_seeds();
+    txn_seeds();
     metadata_seeds();
     group_seeds();
     response_seeds();

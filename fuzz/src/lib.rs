@@ -15,15 +15,17 @@ pub enum FileKind {
     TimeIndex,
     ProducerSnapshot,
     Checkpoint,
+    TxnIndex,
 }
 
 impl FileKind {
-    const ALL: [FileKind; 5] = [
+    const ALL: [FileKind; 6] = [
         FileKind::Log,
         FileKind::Index,
         FileKind::TimeIndex,
         FileKind::ProducerSnapshot,
         FileKind::Checkpoint,
+        FileKind::TxnIndex,
     ];
 
     pub fn from_byte(b: u8) -> FileKind {
@@ -41,6 +43,7 @@ impl FileKind {
             FileKind::Index => "index",
             FileKind::TimeIndex => "timeindex",
             FileKind::ProducerSnapshot => "snapshot",
+            FileKind::TxnIndex => "txnindex",
             FileKind::Checkpoint => return "annal.checkpoint".into(),
         };
         format!("{base:020}.{suffix}")
@@ -57,6 +60,7 @@ impl FileKind {
             "index" => FileKind::Index,
             "timeindex" => FileKind::TimeIndex,
             "snapshot" => FileKind::ProducerSnapshot,
+            "txnindex" => FileKind::TxnIndex,
             _ => return None,
         };
         Some((kind, base))

@@ -84,7 +84,19 @@ struct Transition {
 
 /// Logs an election that may have lost acknowledged records, naming the partition and the new leader.
 fn log_unclean(topic: &str, partition: i32, d: &Decision) {
-    if d.unclean {
+    if d.last_known_leader {
+        // Every in-sync replica restarted without a clean shutdown (e.g. the whole cluster was killed): the last
+        // leader is the replica that had every committed record, unless its own unflushed tail was lost.
+        tracing::warn!(
+            topic,
+            partition,
+            leader = d.record.leader,
+            "{topic}-{partition} recovered on broker {}, its last known leader: every in-sync replica restarted \
+             without a clean shutdown, so no replica could prove it was in sync. Nothing acknowledged is lost \
+             unless that broker lost writes it had not flushed to disk",
+            d.record.leader
+        );
+    } else if d.unclean {
         tracing::warn!(
             topic,
             partition,

@@ -34,6 +34,20 @@ pub struct Decision {
     pub record: PartitionChangeRecord,
     /// The leader was elected from outside the ISR and ELR (unclean election or last-known-leader recovery).
     pub unclean: bool,
+    /// ... and it was the partition's last known leader (Kafka's balanced recovery after every in-sync replica
+    /// restarted uncleanly), the replica most likely to hold every committed record, not an arbitrary one.
+    pub last_known_leader: bool,
+}
+
+/// How [`PartitionChange::elect`] chose a leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Choice {
+    /// From the ISR or the ELR (or no leader at all).
+    Clean,
+    /// The last known leader, with no ISR or ELR left.
+    LastKnownLeader,
+    /// Any acceptable replica (`unclean.leader.election.enable=true`).
+    Unclean,
 }
 
 /// A partition change under construction. Set the targets that change, then [`PartitionChange::build`].
@@ -119,7 +133,7 @@ impl<'a> PartitionChange<'a> {
         let mut record = PartitionChangeRecord::new(self.topic_id, self.partition_id);
         self.complete_reassignment_if_needed();
         self.populate_target_elr();
-        let unclean = self.try_election(&mut record);
+        let choice = self.try_election(&mut record);
         // A replica leaving the assignment must not keep following at the old leader epoch.
         if record.leader == LEADER_UNCHANGED
             && !self
@@ -156,7 +170,11 @@ impl<'a> PartitionChange<'a> {
             record.leader_recovery_state = self.target_recovery_state;
         }
         let no_op = record == PartitionChangeRecord::new(self.topic_id, self.partition_id);
-        (!no_op).then_some(Decision { record, unclean })
+        (!no_op).then_some(Decision {
+            record,
+            unclean: choice != Choice::Clean,
+            last_known_leader: choice == Choice::LastKnownLeader,
+        })
     }
 
     /// Kafka's `PartitionReassignmentReplicas.maybeCompleteReassignment`: once every target replica is in the
@@ -232,18 +250,18 @@ impl<'a> PartitionChange<'a> {
         }
     }
 
-    /// (leader, unclean).
-    fn elect(&self) -> (i32, bool) {
+    /// The leader, and how it was chosen.
+    fn elect(&self) -> (i32, Choice) {
         let current = self.partition.leader;
         if self.election == Election::Preferred {
             if let Some(&preferred) = self.target_replicas.first() {
                 if self.is_valid_new_leader(preferred) {
-                    return (preferred, false);
+                    return (preferred, Choice::Clean);
                 }
             }
         }
         if current != NO_LEADER && self.is_valid_new_leader(current) {
-            return (current, false);
+            return (current, Choice::Clean);
         }
         if let Some(leader) = self
             .target_replicas
@@ -251,10 +269,10 @@ impl<'a> PartitionChange<'a> {
             .copied()
             .find(|r| self.is_valid_new_leader(*r))
         {
-            return (leader, false);
+            return (leader, Choice::Clean);
         }
         if let Some(leader) = self.last_known_leader() {
-            return (leader, true);
+            return (leader, Choice::LastKnownLeader);
         }
         if self.election == Election::Unclean {
             if let Some(leader) = self
@@ -263,17 +281,17 @@ impl<'a> PartitionChange<'a> {
                 .copied()
                 .find(|r| (self.acceptable)(*r))
             {
-                return (leader, true);
+                return (leader, Choice::Unclean);
             }
         }
-        (NO_LEADER, false)
+        (NO_LEADER, Choice::Clean)
     }
 
-    /// Sets the leader (and, for an ELR or unclean election, the ISR) on `record`; true if unclean.
-    fn try_election(&mut self, record: &mut PartitionChangeRecord) -> bool {
-        let (leader, unclean) = self.elect();
+    /// Sets the leader (and, for an ELR or unclean election, the ISR) on `record`; how the leader was chosen.
+    fn try_election(&mut self, record: &mut PartitionChangeRecord) -> Choice {
+        let (leader, choice) = self.elect();
         if leader == self.partition.leader {
-            return false;
+            return Choice::Clean;
         }
         if self.target_elr.contains(&leader) {
             // Elected from the ELR: it alone is in sync now; the others stay eligible.
@@ -281,14 +299,14 @@ impl<'a> PartitionChange<'a> {
             self.target_elr.retain(|r| *r != leader);
         }
         record.leader = leader;
-        if unclean {
+        if choice != Choice::Clean {
             // The new leader's log is the truth from here on: whatever only the old ISR had may be gone.
             record.isr = Some(vec![leader]);
             if self.partition.leader_recovery_state != RECOVERING {
                 record.leader_recovery_state = RECOVERING;
             }
         }
-        unclean
+        choice
     }
 
     /// LastKnownElr holds the leader the partition had when its ISR became empty, and is cleared once the
