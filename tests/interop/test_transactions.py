@@ -374,6 +374,32 @@ def test_raw_bad_sequences_get_kafkas_error_codes(broker, topic_name):
         assert raw_end(s, tid, pid, epoch2, False) == 0
 
 
+def test_produce_to_a_partition_outside_the_transaction_is_refused(broker, topic_name):
+    """KIP-890 part 1: a transactional batch for a partition never added to the transaction would open a
+    transaction no marker closes (a hanging transaction, stalling read_committed readers); the partition leader
+    verifies with the coordinator and refuses it with INVALID_TXN_STATE (48)."""
+    create_topic(broker, topic_name, 2)
+    tid = txn_id("it-verify")
+    with kwire.connect(broker) as s:
+        raw_find_txn_coordinator(s, tid)
+        error, pid, epoch = raw_init(s, tid)
+        assert error == 0
+        assert raw_add(s, tid, pid, epoch, topic_name, 0) == [0]
+    now = int(time.time() * 1000)
+    added = kwire.producer_batch([b"in"], pid, epoch, 0, base_timestamp=now)
+    assert kwire.txn_produce(broker, tid, topic_name, 0, added)[0] == 0
+    stray = kwire.producer_batch([b"stray"], pid, epoch, 0, base_timestamp=now)
+    assert kwire.txn_produce(broker, tid, topic_name, 1, stray)[0] == 48
+    with kwire.connect(broker) as s:
+        raw_find_txn_coordinator(s, tid)
+        assert raw_end(s, tid, pid, epoch, True) == 0
+    consumer = read_committed(broker, topic_name, partitions=(0, 1))
+    try:
+        assert values_until_eof(consumer, partitions=2) == ["in"]
+    finally:
+        consumer.close()
+
+
 # ---------------------------------------------------------------- a 3-node cluster: replicated __transaction_state
 
 

@@ -8,6 +8,7 @@ Annal-only: a Kafka 4 broker refuses transactional produce to a partition that n
 transaction (KIP-890 verification), and these tests play the coordinator's part themselves.
 """
 
+import os
 import re
 import time
 
@@ -19,6 +20,23 @@ from clients import ck_consumer, create_topic
 from test_dump_log_segments import dump, kafka_classpath
 
 pytestmark = [pytest.mark.annal_only, pytest.mark.restart, pytest.mark.ondisk]
+
+# These tests are the coordinator: no coordinator knows their transactions, so KIP-890 verification is off.
+NO_VERIFICATION = "transaction.partition.verification.enable=false"
+
+
+@pytest.fixture
+def own_broker(tmp_path):
+    """A broker of this test's own (kill -9 and restart), with verification off."""
+    from brokers import AnnalBroker
+    b = AnnalBroker(os.environ["ANNAL_BIN"], tmp_path, overrides=[NO_VERIFICATION])
+    try:
+        b.start()
+    except BaseException:
+        b.close()
+        raise
+    yield b
+    b.close()
 
 ABORTED_TXN_RE = re.compile(r"producerId[=:] ?(\d+),? firstOffset[=:] ?(\d+),? lastOffset[=:] ?(\d+),? "
                             r"lastStableOffset[=:] ?(\d+)")

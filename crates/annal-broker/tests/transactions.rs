@@ -17,6 +17,9 @@ use kafka_protocol::messages::write_txn_markers_request::{
 use kafka_protocol::messages::*;
 
 const T: &str = "txn-topic";
+/// These tests play the transaction coordinator's part themselves (WriteTxnMarkers by hand), so no coordinator
+/// knows their transactions: KIP-890 verification, which would refuse their batches, is off.
+const NO_VERIFICATION: &str = "transaction.partition.verification.enable=false";
 
 fn txn_batch(values: &[&str], producer_id: i64, epoch: i16, sequence: i32) -> Vec<u8> {
     let records: Vec<annal_log::batch::KeyValue> =
@@ -128,7 +131,7 @@ fn record_count(records: &Option<Bytes>) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_committed_stops_at_the_lso_and_learns_aborted_transactions() {
     let dir = tempfile::tempdir().unwrap();
-    let broker = TestBroker::start(dir.path(), &[]).await;
+    let broker = TestBroker::start(dir.path(), &[NO_VERIFICATION]).await;
     let mut c = broker.client().await;
     create_topic(&mut c, T, 2, &[]).await;
 
@@ -204,7 +207,7 @@ async fn read_committed_stops_at_the_lso_and_learns_aborted_transactions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn markers_are_fenced_by_epochs_and_refused_for_unknown_partitions() {
     let dir = tempfile::tempdir().unwrap();
-    let broker = TestBroker::start(dir.path(), &[]).await;
+    let broker = TestBroker::start(dir.path(), &[NO_VERIFICATION]).await;
     let mut c = broker.client().await;
     create_topic(&mut c, T, 1, &[]).await;
     assert_eq!(
@@ -255,7 +258,7 @@ async fn markers_are_fenced_by_epochs_and_refused_for_unknown_partitions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_polling_read_committed_fetch_wakes_when_the_marker_lands() {
     let dir = tempfile::tempdir().unwrap();
-    let broker = TestBroker::start(dir.path(), &[]).await;
+    let broker = TestBroker::start(dir.path(), &[NO_VERIFICATION]).await;
     let mut c = broker.client().await;
     let mut poller = broker.client().await;
     create_topic(&mut c, T, 1, &[]).await;
@@ -287,7 +290,7 @@ async fn a_long_polling_read_committed_fetch_wakes_when_the_marker_lands() {
 async fn an_open_transaction_pins_the_lso_across_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let broker = TestBroker::start(dir.path(), &[]).await;
+        let broker = TestBroker::start(dir.path(), &[NO_VERIFICATION]).await;
         let mut c = broker.client().await;
         create_topic(&mut c, T, 1, &[]).await;
         produce_txn(&mut c, 0, txn_batch(&["open"], 21, 0, 0)).await;
@@ -295,7 +298,7 @@ async fn an_open_transaction_pins_the_lso_across_a_restart() {
         assert_eq!(latest(&mut c, 0, 1).await, 0);
         broker.stop().await.unwrap();
     }
-    let broker = TestBroker::start(dir.path(), &[]).await;
+    let broker = TestBroker::start(dir.path(), &[NO_VERIFICATION]).await;
     let mut c = broker.client().await;
     assert_eq!(
         latest(&mut c, 0, 1).await,

@@ -10,6 +10,9 @@ use common::txn::*;
 use common::*;
 use kafka_protocol::messages::*;
 
+/// Kafka's answer to a produce its coordinator cannot verify yet (retriable).
+const NOT_ENOUGH_REPLICAS: i16 = 19;
+
 const OVERRIDES: &[&str] = &[
     "transaction.state.log.num.partitions=3",
     "group.initial.rebalance.delay.ms=0",
@@ -257,6 +260,60 @@ async fn verify_only_reports_which_partitions_are_in_the_transaction() {
         .all(|p| p.partition_error_code == PRODUCER_FENCED));
     // Verification added nothing.
     assert_eq!(partitions_of(&describe(&mut c, "tx-v").await).len(), 1);
+    drop(c);
+    broker.stop().await.unwrap();
+}
+
+/// KIP-890 part 1: the first transactional batch of a transaction on a partition is appended only if the
+/// coordinator confirms the partition was added; a stray batch (never added, or from a fenced epoch) is refused
+/// and leaves no open transaction behind (the last stable offset stays at the log end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produce_to_a_partition_outside_the_transaction_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(dir.path(), OVERRIDES).await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "txn-890", 2, &[]).await;
+    // No coordinator state for this id yet (no __transaction_state): retriable, never appended.
+    assert_eq!(
+        produce_txn(&mut c, "tx-890", "txn-890", 0, 4242, 0, 0, &["early"]).await,
+        NOT_ENOUGH_REPLICAS
+    );
+    find_txn_coordinator(&mut c, "tx-890", 4).await;
+    let (_, pid, epoch) = init(&mut c, "tx-890", 60_000, 4).await;
+    assert_eq!(
+        add_partitions(&mut c, "tx-890", pid, epoch, &[("txn-890", 0)], 3).await,
+        vec![NONE]
+    );
+    assert_eq!(
+        produce_txn(&mut c, "tx-890", "txn-890", 0, pid, epoch, 0, &["in"]).await,
+        NONE
+    );
+    // Later batches of the open transaction need no new verification.
+    assert_eq!(
+        produce_txn(&mut c, "tx-890", "txn-890", 0, pid, epoch, 1, &["in-2"]).await,
+        NONE
+    );
+    assert_eq!(
+        produce_txn(&mut c, "tx-890", "txn-890", 1, pid, epoch, 0, &["stray"]).await,
+        INVALID_TXN_STATE,
+        "partition 1 was never added to the transaction"
+    );
+    let offsets = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_isolation_level(1)
+        .with_topics(vec![list_offsets_request::ListOffsetsTopic::default()
+            .with_name(name("txn-890"))
+            .with_partitions(vec![
+                list_offsets_request::ListOffsetsPartition::default()
+                    .with_partition_index(1)
+                    .with_timestamp(-1),
+            ])]);
+    let resp = c.call(&offsets, 7).await;
+    assert_eq!(
+        resp.topics[0].partitions[0].offset, 0,
+        "the refused batch left partition 1 empty, with no open transaction"
+    );
+    assert_eq!(end_txn(&mut c, "tx-890", pid, epoch, true, 3).await, NONE);
     drop(c);
     broker.stop().await.unwrap();
 }

@@ -275,9 +275,28 @@ impl Log {
                     producers.record_completed(completed);
                 }
             })?;
-            let indexed = seg.txn_index().last_marker_offset().unwrap_or(i64::MIN);
-            for entry in aborted.into_iter().filter(|e| e.last_offset > indexed) {
+            let mut indexed = seg.txn_index().last_marker_offset().unwrap_or(i64::MIN);
+            for entry in aborted {
+                if entry.last_offset <= indexed {
+                    continue;
+                }
+                // Segments below the recovery point are trusted, not validated: a damaged one can put a marker
+                // before its transaction's first batch or outside the segment. Such an entry cannot be indexed
+                // (the index's order and ranges are its invariants); the marker itself stays in the log.
+                let in_segment = (seg.base_offset()..seg.next_offset()).contains(&entry.last_offset);
+                if entry.first_offset > entry.last_offset || !in_segment {
+                    tracing::warn!(
+                        dir = %self.dir.display(),
+                        producer_id = entry.producer_id,
+                        first_offset = entry.first_offset,
+                        marker_offset = entry.last_offset,
+                        segment = seg.base_offset(),
+                        "not indexing an aborted transaction whose offsets are inconsistent (a damaged segment?)"
+                    );
+                    continue;
+                }
                 seg.append_aborted_txn(entry)?;
+                indexed = entry.last_offset;
             }
         }
         Ok(())

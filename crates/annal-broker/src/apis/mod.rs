@@ -13,6 +13,7 @@ pub mod metadata;
 pub mod offsets;
 pub mod produce;
 mod produce_records;
+mod produce_verification;
 pub mod producers;
 pub mod txn;
 pub mod txn_markers;

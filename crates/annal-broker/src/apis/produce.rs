@@ -20,8 +20,9 @@ use crate::replica::{AppendEntry, PartitionError};
 use crate::server::Close;
 use crate::Broker;
 
-/// A partition refused before the append: message and KIP-467 record errors (index in batch, message).
-type Refusal = (String, Vec<(i32, String)>);
+/// A partition refused before the append: error code, message and KIP-467 record errors (index in batch,
+/// message).
+type Refusal = (i16, String, Vec<(i32, String)>);
 /// One partition's result: the append, or (error code, message, record errors).
 type Outcome = Result<annal_log::AppendInfo, (i16, String, Vec<(i32, String)>)>;
 
@@ -36,9 +37,9 @@ pub async fn handle(
     let mut topics = Vec::with_capacity(req.topic_data.len());
     // (response topic, partition index) of each entry, in entry order.
     let mut positions = Vec::new();
-    let mut entries = Vec::new();
-    // Per entry, the refusal decided before the append (compacted topics' keyless records), if any.
-    let mut refused: Vec<Option<Refusal>> = Vec::new();
+    // Per partition, in request order: what to append, or the refusal decided before the append (compacted topics'
+    // keyless records, KIP-890 verification).
+    let mut items: Vec<Result<AppendEntry, Refusal>> = Vec::new();
     for (ti, t) in req.topic_data.into_iter().enumerate() {
         let name = t.name.0.to_string();
         topics.push(TopicProduceResponse::default().with_name(t.name));
@@ -66,25 +67,42 @@ pub async fn handle(
                         message,
                         record_errors,
                     } => {
-                        refusal = Some((message, record_errors));
+                        refusal = Some((code::INVALID_RECORD, message, record_errors));
                     }
                 }
             }
-            if refusal.is_none() {
-                entries.push(AppendEntry {
+            items.push(match refusal {
+                Some(refusal) => Err(refusal),
+                None => Ok(AppendEntry {
                     topic: name.clone(),
                     partition: p.index,
                     records,
-                });
-            }
-            refused.push(refusal);
+                }),
+            });
         }
     }
-    // Transactional batches (a transactional id) are appended like any idempotent producer's: the engine checks
-    // epoch and sequence, and an epoch older than a marker's is INVALID_PRODUCER_EPOCH. That the partition was
-    // added to the transaction (KIP-890 verification) is the transaction coordinator's to check.
+    // Transactional batches are appended like any idempotent producer's (the engine checks epoch and sequence, and
+    // an epoch older than a marker's is INVALID_PRODUCER_EPOCH), once the coordinator has confirmed that each
+    // partition a transaction starts in was added to it (KIP-890 part 1).
+    if let Some(transactional_id) = &req.transactional_id {
+        if broker.config.transactions.partition_verification {
+            super::produce_verification::verify(broker, transactional_id.0.as_str(), &mut items)
+                .await;
+        }
+    }
     let outcomes: Vec<Outcome> = {
         let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
+        let mut entries = Vec::with_capacity(items.len());
+        let mut refused = Vec::with_capacity(items.len());
+        for item in items {
+            match item {
+                Ok(entry) => {
+                    entries.push(entry);
+                    refused.push(None);
+                }
+                Err(refusal) => refused.push(Some(refusal)),
+            }
+        }
         let mut appended = broker
             .replica_manager
             .append_records(timeout, acks, entries)
@@ -94,7 +112,7 @@ pub async fn handle(
         refused
             .into_iter()
             .map(|refusal| match refusal {
-                Some((message, errors)) => Err((code::INVALID_RECORD, message, errors)),
+                Some(refusal) => Err(refusal),
                 None => appended
                     .next()
                     .expect("one append result per entry appended"),

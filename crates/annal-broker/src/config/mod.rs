@@ -237,6 +237,8 @@ pub const BROKER_SETTINGS: &[Setting] = &[
     ),
     setting("transaction.state.log.segment.bytes", int(1), "104857600"),
     setting("transaction.max.timeout.ms", int(1), "900000"),
+    // KIP-890 part 1: partition leaders check with the coordinator before a producer's first transactional batch.
+    setting("transaction.partition.verification.enable", Kind::Bool, "true"),
     setting(
         "transaction.abort.timed.out.transaction.cleanup.interval.ms",
         int(1),
@@ -659,6 +661,8 @@ impl BrokerConfig {
                 min_isr: num("transaction.state.log.min.isr").clamp(1, i16::MAX as i64) as i16,
                 segment_bytes: num("transaction.state.log.segment.bytes"),
                 max_timeout_ms: num("transaction.max.timeout.ms").clamp(1, i32::MAX as i64) as i32,
+                partition_verification: get("transaction.partition.verification.enable").as_deref()
+                    == Some("true"),
                 id_expiration_ms: num("transactional.id.expiration.ms"),
                 abort_timed_out_interval_ms: num(
                     "transaction.abort.timed.out.transaction.cleanup.interval.ms",

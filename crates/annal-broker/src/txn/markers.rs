@@ -5,19 +5,19 @@
 //! Bounds: at most [`COMPLETIONS_IN_FLIGHT_MAX`] transactions send markers at once; one connection per leader,
 //! one request at a time on it; responses are bounded by the connection's `max_response_bytes`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use annal_client::{Connection, ConnectionOptions};
 use kafka_protocol::messages::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic,
 };
 use kafka_protocol::messages::{ProducerId, TopicName, WriteTxnMarkersRequest};
 use kafka_protocol::protocol::StrBytes;
-use tokio::sync::{Mutex, Semaphore};
+use tokio::sync::Semaphore;
 
 use super::code;
+use super::peers::Peers;
 
 /// Transactions whose markers are being sent at once; the others wait their turn.
 pub const COMPLETIONS_IN_FLIGHT_MAX: usize = 128;
@@ -53,8 +53,7 @@ pub struct Marker {
 
 pub(crate) struct MarkerChannel {
     routes: Arc<dyn LeaderRoutes>,
-    /// One connection per leader address, used by one request at a time.
-    connections: Mutex<HashMap<String, Arc<Mutex<Option<Connection>>>>>,
+    peers: Peers,
     in_flight: Semaphore,
 }
 
@@ -71,7 +70,11 @@ impl MarkerChannel {
     pub fn new(routes: Arc<dyn LeaderRoutes>) -> MarkerChannel {
         MarkerChannel {
             routes,
-            connections: Mutex::new(HashMap::new()),
+            peers: Peers::new(
+                "annal-txn-marker-sender",
+                Duration::from_secs(30),
+                RESPONSE_MAX_BYTES,
+            ),
             in_flight: Semaphore::new(COMPLETIONS_IN_FLIGHT_MAX),
         }
     }
@@ -169,24 +172,6 @@ impl MarkerChannel {
         marker: &Marker,
         partitions: &[(String, i32)],
     ) -> anyhow::Result<Vec<((String, i32), i16)>> {
-        let slot = {
-            let mut connections = self.connections.lock().await;
-            connections.entry(addr.to_string()).or_default().clone()
-        };
-        let mut conn = slot.lock().await;
-        if conn.as_ref().is_none_or(Connection::is_closed) {
-            let options = ConnectionOptions {
-                connect_timeout: Duration::from_secs(5),
-                request_timeout: Duration::from_secs(30),
-                max_response_bytes: RESPONSE_MAX_BYTES,
-                client_id: "annal-txn-marker-sender".to_string(),
-                version_caps: None,
-            };
-            *conn = Some(Connection::connect_with(addr, options).await?);
-        }
-        let Some(connection) = conn.as_mut() else {
-            anyhow::bail!("no connection to {addr}");
-        };
         let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
         for (t, p) in partitions {
             topics.entry(t.as_str()).or_default().push(*p);
@@ -207,8 +192,9 @@ impl MarkerChannel {
                         })
                         .collect(),
                 )]);
-        let (response, _) = connection
-            .send(&request, WRITE_TXN_MARKERS_VERSIONS)
+        let response = self
+            .peers
+            .send(addr, &request, WRITE_TXN_MARKERS_VERSIONS)
             .await?;
         let mut out = Vec::new();
         for m in response.markers {

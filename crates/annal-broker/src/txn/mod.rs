@@ -20,9 +20,11 @@
 mod log;
 pub mod markers;
 mod ops;
+mod peers;
 pub mod records;
 pub mod state;
 mod timer;
+mod verification;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -78,6 +80,9 @@ pub struct TxnConfig {
     /// `transaction.max.timeout.ms` (900000): InitProducerId with a longer timeout gets
     /// INVALID_TRANSACTION_TIMEOUT.
     pub max_timeout_ms: i32,
+    /// `transaction.partition.verification.enable` (true): a partition leader verifies with the coordinator that
+    /// a producer's first transactional batch there belongs to its ongoing transaction (KIP-890 part 1).
+    pub partition_verification: bool,
     /// `transactional.id.expiration.ms` (604800000): an id idle this long in a finished state is removed.
     pub id_expiration_ms: i64,
     /// `transaction.abort.timed.out.transaction.cleanup.interval.ms` (10000).
@@ -92,6 +97,7 @@ impl Default for TxnConfig {
     fn default() -> Self {
         TxnConfig {
             num_partitions: 50,
+            partition_verification: true,
             replication_factor: 3,
             min_isr: 2,
             segment_bytes: 100 * 1024 * 1024,
@@ -171,7 +177,12 @@ pub(crate) struct Shared {
     replicas: Arc<ReplicaManager>,
     creator: Arc<dyn OffsetsTopicCreator>,
     ids: Arc<dyn ProducerIdSource>,
+    /// Where partition leaders are (`__transaction_state`'s too, for verification of another coordinator's
+    /// transactions).
+    routes: Arc<dyn LeaderRoutes>,
     markers: markers::MarkerChannel,
+    /// Connections to other coordinators for KIP-890 verification (`verification.rs`).
+    verify_peers: peers::Peers,
     /// One creation of `__transaction_state` at a time.
     creating: tokio::sync::Mutex<()>,
 }
@@ -222,7 +233,9 @@ impl TxnCoordinator {
                 num_partitions: config.num_partitions,
                 closed: false,
             }),
-            markers: markers::MarkerChannel::new(routes),
+            markers: markers::MarkerChannel::new(routes.clone()),
+            routes,
+            verify_peers: verification::peers(),
             config,
             replicas,
             creator,
