@@ -104,6 +104,23 @@ async fn metrics_and_group_health_over_http() {
         .await
         .unwrap();
 
+    // flush.messages=1: acknowledged only once fsynced, so the fsync histogram has seen at least this one.
+    client
+        .create_topic(
+            "ops-durable",
+            Some(1),
+            None,
+            &[("flush.messages".to_string(), "1".to_string())],
+        )
+        .await
+        .unwrap();
+    let durable = client.created_topic("ops-durable").await.unwrap();
+    let batch = encode_batch(&records[..1], Compression::None).unwrap();
+    client
+        .produce(&durable, vec![(0, batch)], -1, 5000)
+        .await
+        .unwrap();
+
     // The same offset committed three times with lag: STALL (Burrow's rule 4), group ERR.
     for _ in 0..3 {
         let codes = client
@@ -166,6 +183,10 @@ async fn metrics_and_group_health_over_http() {
             >= 3.0
     );
     assert_eq!(sample(&text, "annal_active_controller", &[]), Some(1.0));
+    assert!(
+        sample(&text, "annal_log_fsync_duration_seconds_count", &[]).unwrap() >= 1.0,
+        "{text}"
+    );
     assert!(sample(&text, "annal_data_dir_total_bytes", &[]).unwrap() > 0.0);
     assert!(sample(&text, "process_resident_memory_bytes", &[]).unwrap() > 0.0);
     assert!(

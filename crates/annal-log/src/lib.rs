@@ -25,6 +25,7 @@ mod cleaner;
 mod config;
 pub mod control;
 mod error;
+mod fsync_stats;
 mod group_commit;
 mod index;
 mod log;
@@ -40,6 +41,7 @@ pub use crate::cleaner::{
 };
 pub use crate::config::LogConfig;
 pub use crate::error::LogError;
+pub use crate::fsync_stats::{fsync_snapshot, FsyncSnapshot};
 pub use crate::group_commit::{DurableError, DurableLog, DurableWait, GroupCommit};
 pub use crate::log::{
     AppendInfo, AppendOptions, AppendOrigin, Log, LogRead, SegmentInfo, SyncHandle, TimestampType,

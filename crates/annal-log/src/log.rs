@@ -283,7 +283,8 @@ impl Log {
                 // Segments below the recovery point are trusted, not validated: a damaged one can put a marker
                 // before its transaction's first batch or outside the segment. Such an entry cannot be indexed
                 // (the index's order and ranges are its invariants); the marker itself stays in the log.
-                let in_segment = (seg.base_offset()..seg.next_offset()).contains(&entry.last_offset);
+                let in_segment =
+                    (seg.base_offset()..seg.next_offset()).contains(&entry.last_offset);
                 if entry.first_offset > entry.last_offset || !in_segment {
                     tracing::warn!(
                         dir = %self.dir.display(),
@@ -1277,7 +1278,7 @@ impl SyncHandle {
 
     pub fn sync(&self) -> std::io::Result<()> {
         for file in &self.files {
-            file.sync_data()?;
+            crate::fsync_stats::timed(|| file.sync_data())?;
         }
         Ok(())
     }

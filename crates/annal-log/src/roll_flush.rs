@@ -98,7 +98,7 @@ impl RollFlush {
 
 fn sync_all(files: &[(Arc<File>, PathBuf)]) -> Outcome {
     for (file, path) in files {
-        file.sync_data().map_err(|error| FlushFailure {
+        crate::fsync_stats::timed(|| file.sync_data()).map_err(|error| FlushFailure {
             path: path.clone(),
             error,
         })?;

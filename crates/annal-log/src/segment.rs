@@ -748,8 +748,7 @@ impl Segment {
 
     /// fsyncs the log file and its indexes.
     pub fn sync(&mut self) -> crate::Result<()> {
-        self.file
-            .sync_data()
+        crate::fsync_stats::timed(|| self.file.sync_data())
             .map_err(|e| LogError::io("fsync segment", &self.log_path, e))?;
         self.offset_index.sync()?;
         self.time_index.sync()?;

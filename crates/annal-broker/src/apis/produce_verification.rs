@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use annal_log::batch::BatchHeader;
 
-use crate::txn::code;
 use crate::replica::AppendEntry;
+use crate::txn::code;
 use crate::Broker;
 
 /// Refused before the append: error code, message, KIP-467 record errors.
@@ -39,9 +39,9 @@ pub async fn verify(
         let producer = (header.producer_id, header.producer_epoch);
         // Already inside this producer's transaction on this partition: verified when it began.
         let open_here = partition.with_producer_state(|state| {
-            state.get(producer.0).is_some_and(|p| {
-                p.epoch == producer.1 && p.current_txn_first_offset.is_some()
-            })
+            state
+                .get(producer.0)
+                .is_some_and(|p| p.epoch == producer.1 && p.current_txn_first_offset.is_some())
         });
         if open_here {
             continue;

@@ -238,7 +238,11 @@ pub const BROKER_SETTINGS: &[Setting] = &[
     setting("transaction.state.log.segment.bytes", int(1), "104857600"),
     setting("transaction.max.timeout.ms", int(1), "900000"),
     // KIP-890 part 1: partition leaders check with the coordinator before a producer's first transactional batch.
-    setting("transaction.partition.verification.enable", Kind::Bool, "true"),
+    setting(
+        "transaction.partition.verification.enable",
+        Kind::Bool,
+        "true",
+    ),
     setting(
         "transaction.abort.timed.out.transaction.cleanup.interval.ms",
         int(1),

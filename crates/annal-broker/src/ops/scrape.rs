@@ -5,9 +5,11 @@
 use std::collections::BTreeMap;
 
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use super::groups::GroupReport;
@@ -283,7 +285,31 @@ fn groups(r: &mut Registry, reports: &[GroupReport]) {
     );
 }
 
+/// The engine's fsync histogram as a Prometheus histogram (its counters live in annal-log).
+#[derive(Debug)]
+struct FsyncHistogram(annal_log::FsyncSnapshot);
+
+impl EncodeMetric for FsyncHistogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encoder.encode_histogram::<NoLabelSet>(
+            self.0.sum_seconds,
+            self.0.count,
+            &self.0.buckets,
+            None,
+        )
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
 fn process_and_disk(r: &mut Registry, broker: &Broker) {
+    r.register(
+        "annal_log_fsync_duration_seconds",
+        "Time of each fsync of a log data file (segment and roll flushes, durable group commits)",
+        FsyncHistogram(annal_log::fsync_snapshot()),
+    );
     if let Some((rss, cpu)) = process::rss_and_cpu() {
         let g = Gauge::<i64>::default();
         g.set(rss as i64);

@@ -16,9 +16,7 @@ use std::time::Duration;
 use kafka_protocol::messages::add_partitions_to_txn_request::{
     AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
 };
-use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, ProducerId, TopicName, TransactionalId,
-};
+use kafka_protocol::messages::{AddPartitionsToTxnRequest, ProducerId, TopicName, TransactionalId};
 use kafka_protocol::protocol::StrBytes;
 
 use super::peers::Peers;
@@ -50,11 +48,7 @@ impl TxnCoordinator {
         producer_epoch: i16,
         partitions: &[(String, i32)],
     ) -> Vec<i16> {
-        let here = self
-            .shared
-            .state
-            .lock()
-            .coordinator_epoch(transactional_id);
+        let here = self.shared.state.lock().coordinator_epoch(transactional_id);
         match here {
             Ok(_) => self
                 .verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
