@@ -1,7 +1,7 @@
 //! AlterUserScramCredentials (51): Kafka's `ScramControlManager`. The client sends a salt and the salted
 //! password (never the password); the controller derives Kafka's StoredKey and ServerKey from it and writes a
 //! UserScramCredentialRecord, or a RemoveUserScramCredentialRecord for a deletion. Users are validated as Kafka
-//! does: a user named twice in one request fails entirely (DUPLICATE_RESOURCE), iterations outside
+//! does: a user named twice in one request, even for two mechanisms, fails entirely (DUPLICATE_RESOURCE), iterations outside
 //! [4096, 16384] are UNACCEPTABLE_CREDENTIAL, deleting a credential that does not exist is RESOURCE_NOT_FOUND.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -60,18 +60,21 @@ impl Controller {
     ) -> AlterUserScramCredentialsResponse {
         let _state = self.state.lock().await;
         let image = self.writer.image();
-        // Users named more than once (in deletions and upsertions together) fail as a whole, as in Kafka.
-        let mut seen: BTreeMap<(String, i8), usize> = BTreeMap::new();
-        for d in &req.deletions {
-            *seen.entry((d.name.to_string(), d.mechanism)).or_default() += 1;
-        }
-        for u in &req.upsertions {
-            *seen.entry((u.name.to_string(), u.mechanism)).or_default() += 1;
+        // A user named more than once (in deletions and upsertions together, whatever the mechanisms) fails as a
+        // whole, as in Kafka: one mechanism per user per request.
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        for name in req
+            .deletions
+            .iter()
+            .map(|d| &d.name)
+            .chain(req.upsertions.iter().map(|u| &u.name))
+        {
+            *seen.entry(name.to_string()).or_default() += 1;
         }
         let duplicated: BTreeSet<String> = seen
-            .iter()
-            .filter(|(_, n)| **n > 1)
-            .map(|((u, _), _)| u.clone())
+            .into_iter()
+            .filter(|(_, n)| *n > 1)
+            .map(|(u, _)| u)
             .collect();
         // One result per user, in first-mention order; a user's first error wins.
         let mut order: Vec<String> = Vec::new();
