@@ -702,3 +702,39 @@ async fn a_missing_keystore_file_stops_start_up_naming_it() {
         "{e}"
     );
 }
+
+#[test]
+fn changed_pem_files_are_reloaded_and_broken_ones_are_not() {
+    use annal_broker::config::{ClientAuth, PemSource, SslSettings};
+    use annal_broker::security::tls::TlsListener;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("server.pem");
+    std::fs::write(&path, pki().server_keystore).unwrap();
+    let file = || PemSource::File {
+        setting: "ssl.keystore.location".into(),
+        path: path.clone(),
+    };
+    let settings = SslSettings {
+        chain: file(),
+        key: file(),
+        truststore: None,
+        client_auth: ClientAuth::None,
+        tls12: true,
+        tls13: true,
+    };
+    let listener = TlsListener::new("SSL", &settings).unwrap();
+    assert!(!listener.reload_if_changed(), "nothing changed yet");
+    let touch = |text: String, secs: u64| {
+        std::fs::write(&path, text).unwrap();
+        let f = std::fs::File::options().write(true).open(&path).unwrap();
+        f.set_modified(std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+            .unwrap();
+    };
+    // A rotated certificate is picked up.
+    touch(pki().server_keystore, 1_000_000);
+    assert!(listener.reload_if_changed());
+    assert!(!listener.reload_if_changed());
+    // A half-written file keeps the current certificates (and is retried on the next change).
+    touch("-----BEGIN PRIVATE KEY-----\n".into(), 2_000_000);
+    assert!(!listener.reload_if_changed());
+}
