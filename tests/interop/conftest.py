@@ -20,6 +20,8 @@ def pytest_configure(config):
                                        "test_faults.py); cluster tests, so they run with INTEROP_CLUSTER=1")
     config.addinivalue_line("markers", "transactions: transactional producers, read_committed, the transaction "
                                        "coordinator (issue 12)")
+    config.addinivalue_line("markers", "security: TLS, mutual TLS, SASL PLAIN and SCRAM listeners (issue 17, "
+                                       "test_security.py)")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -12,6 +12,10 @@ pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
 pub const NOT_ENOUGH_REPLICAS: i16 = 19;
 pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
 pub const INVALID_REQUIRED_ACKS: i16 = 21;
+/// SaslHandshake named a mechanism the listener does not enable.
+pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
+/// A SASL request out of order (e.g. SaslHandshake on a connection that needs none).
+pub const ILLEGAL_SASL_STATE: i16 = 34;
 pub const UNSUPPORTED_VERSION: i16 = 35;
 pub const TOPIC_ALREADY_EXISTS: i16 = 36;
 pub const INVALID_REQUEST: i16 = 42;
@@ -20,6 +24,8 @@ pub const INVALID_PRODUCER_EPOCH: i16 = 47;
 pub const INVALID_TXN_STATE: i16 = 48;
 pub const TRANSACTION_COORDINATOR_FENCED: i16 = 52;
 pub const KAFKA_STORAGE_ERROR: i16 = 56;
+/// Wrong credentials (the message says so); the connection is closed after the answer.
+pub const SASL_AUTHENTICATION_FAILED: i16 = 58;
 pub const UNKNOWN_PRODUCER_ID: i16 = 59;
 pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
 pub const INVALID_FETCH_SESSION_EPOCH: i16 = 71;

@@ -22,6 +22,7 @@ mod log_manager;
 pub mod ops;
 mod producer_ids;
 mod replica;
+pub mod security;
 mod server;
 mod topic_config;
 pub mod txn;
@@ -164,7 +165,8 @@ pub async fn run_with_listener(
 /// cluster code, and tests that change leadership), [`Started::serve`] runs it.
 pub struct Started {
     broker: Arc<Broker>,
-    listener: tokio::net::TcpListener,
+    /// Every broker listener, bound, with its security (the first is the client listener of `start`).
+    listeners: Vec<(tokio::net::TcpListener, Arc<security::ListenerContext>)>,
     /// The HTTP listener (`http.listen`), if on and bound.
     http: Option<tokio::net::TcpListener>,
     stop_tx: tokio::sync::watch::Sender<bool>,
@@ -220,18 +222,13 @@ pub async fn start(
             (host, local.port())
         }
     };
-    let name = cluster.client_listener_name().to_string();
-    let listeners = vec![cluster::lifecycle::Endpoint {
-        name,
-        host: advertised.0.clone(),
-        port: advertised.1,
-    }];
+    let (bound, endpoints) = bind_listeners(&config, listener, &advertised).await?;
     cluster
         .attach(
             &config,
             &cluster_id,
             replica_manager.clone(),
-            listeners,
+            endpoints,
             previous_broker_epoch,
         )
         .await?;
@@ -288,9 +285,14 @@ pub async fn start(
     if let Some(addr) = http.as_ref().and_then(ops::http::local_addr) {
         tracing::info!(http = %addr, "HTTP listener: /metrics, /healthz, /readyz, /v1/groups, /v1/topics");
     }
+    for (l, ctx) in &bound {
+        if let Ok(addr) = l.local_addr() {
+            tracing::info!(listener = %ctx.name, protocol = ctx.protocol.name(), %addr, "listening");
+        }
+    }
     Ok(Started {
         broker,
-        listener,
+        listeners: bound,
         http,
         stop_tx,
         stop_rx,
@@ -300,6 +302,14 @@ pub async fn start(
 impl Started {
     pub fn broker(&self) -> &Arc<Broker> {
         &self.broker
+    }
+
+    /// Every broker listener's name and bound address, in `listeners` order.
+    pub fn listener_addrs(&self) -> Vec<(String, std::net::SocketAddr)> {
+        self.listeners
+            .iter()
+            .filter_map(|(l, ctx)| Some((ctx.name.to_string(), l.local_addr().ok()?)))
+            .collect()
     }
 
     /// Where the HTTP listener (`http.listen`) is bound; `None` when it is off or its default was taken.
@@ -315,7 +325,7 @@ impl Started {
     ) -> anyhow::Result<()> {
         let Started {
             broker,
-            listener,
+            listeners,
             http,
             stop_tx,
             stop_rx,
@@ -346,7 +356,15 @@ impl Started {
             cluster.controlled_shutdown().await;
             let _ = stop_tx.send(true);
         });
-        server::serve(listener, broker.clone(), stop_rx).await;
+        let tls: Vec<_> = listeners
+            .iter()
+            .filter_map(|(_, ctx)| ctx.tls.clone())
+            .collect();
+        let reload = (!tls.is_empty()).then(|| tokio::spawn(tls_reload_loop(tls, stop_rx.clone())));
+        server::serve_all(listeners, broker.clone(), stop_rx).await;
+        if let Some(r) = reload {
+            r.abort();
+        }
         if let Some(h) = http {
             let _ = h.await;
         }
@@ -383,6 +401,83 @@ impl Started {
         }
         tracing::info!("annal broker stopped");
         Ok(())
+    }
+}
+
+/// Binds every broker listener (the first is `first`, bound by the caller) and loads its TLS material; returns
+/// them with the endpoints this broker registers (each listener's advertised address and protocol).
+async fn bind_listeners(
+    config: &BrokerConfig,
+    first: tokio::net::TcpListener,
+    first_advertised: &(String, u16),
+) -> anyhow::Result<(
+    Vec<(tokio::net::TcpListener, Arc<security::ListenerContext>)>,
+    Vec<cluster::lifecycle::Endpoint>,
+)> {
+    let mut first = Some(first);
+    let mut bound = Vec::new();
+    let mut endpoints = Vec::new();
+    for l in &config.cluster.listeners.broker {
+        let ctx = match config.security.listeners.get(&l.name) {
+            Some(sec) => security::ListenerContext::build(sec)?,
+            None => security::ListenerContext::plaintext(&l.name),
+        };
+        let (socket, host, port) = match first.take() {
+            Some(socket) => (socket, first_advertised.0.clone(), first_advertised.1),
+            None => {
+                let addr = l.bind.to_string();
+                let socket = tokio::net::TcpListener::bind(&addr).await.map_err(|e| {
+                    anyhow::anyhow!(
+                        "listeners: cannot listen on {addr} for listener {}: {e}",
+                        l.name
+                    )
+                })?;
+                let a = l.advertised_endpoint(socket.local_addr()?);
+                (socket, a.host, a.port)
+            }
+        };
+        endpoints.push(cluster::lifecycle::Endpoint {
+            name: l.name.clone(),
+            host,
+            port,
+            security_protocol: l.protocol.id(),
+        });
+        bound.push((socket, Arc::new(ctx)));
+    }
+    if let Some(socket) = first {
+        // No broker listener in the config (cannot happen on a broker node; kept total rather than asserted).
+        let name = config.cluster.listeners.inter_broker_name.clone();
+        endpoints.push(cluster::lifecycle::Endpoint {
+            name: name.clone(),
+            host: first_advertised.0.clone(),
+            port: first_advertised.1,
+            security_protocol: 0,
+        });
+        bound.push((
+            socket,
+            Arc::new(security::ListenerContext::plaintext(&name)),
+        ));
+    }
+    Ok((bound, endpoints))
+}
+
+/// Reloads each TLS listener's certificates when its PEM files change (rotation without a restart).
+async fn tls_reload_loop(
+    listeners: Vec<Arc<security::tls::TlsListener>>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(security::tls::RELOAD_CHECK_INTERVAL) => {}
+            _ = crate::stopped(&mut stop) => return,
+        }
+        let l = listeners.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            for t in &l {
+                t.reload_if_changed();
+            }
+        })
+        .await;
     }
 }
 

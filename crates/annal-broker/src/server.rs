@@ -13,23 +13,56 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::apis;
+use crate::security::sasl::{AuthState, Exchange, Outcome};
+use crate::security::{tls, ListenerContext, AUTHENTICATION_TIMEOUT, TLS_HANDSHAKE_TIMEOUT};
 use crate::Broker;
+
+tokio::task_local! {
+    /// The listener a request came in on: Metadata and FindCoordinator answer with that listener's endpoints,
+    /// as Kafka does.
+    pub static LISTENER: Arc<str>;
+}
 
 /// Why a connection is closed instead of answered.
 #[derive(Debug)]
 pub struct Close(pub String);
 
-/// Accepts connections until `stop` turns true, then waits for every connection to finish its current request.
-pub async fn serve(listener: TcpListener, broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
-    // All connections together may hold this many bytes of partly read requests (Kafka's queued.max.request.bytes).
+/// Serves every listener until `stop` turns true. All connections of all listeners share one byte budget for
+/// partly read requests (Kafka's queued.max.request.bytes).
+pub async fn serve_all(
+    listeners: Vec<(TcpListener, Arc<ListenerContext>)>,
+    broker: Arc<Broker>,
+    stop: watch::Receiver<bool>,
+) {
     let budget_bytes = (broker.config.socket_request_max_bytes as usize).max(256 << 20);
     let budget = Arc::new(Semaphore::new(budget_bytes));
+    let mut loops = JoinSet::new();
+    for (listener, ctx) in listeners {
+        loops.spawn(serve(
+            listener,
+            ctx,
+            broker.clone(),
+            stop.clone(),
+            budget.clone(),
+        ));
+    }
+    while loops.join_next().await.is_some() {}
+}
+
+/// Accepts connections until `stop` turns true, then waits for every connection to finish its current request.
+async fn serve(
+    listener: TcpListener,
+    ctx: Arc<ListenerContext>,
+    broker: Arc<Broker>,
+    mut stop: watch::Receiver<bool>,
+    budget: Arc<Semaphore>,
+) {
     let mut connections = JoinSet::new();
     let conn_stop = stop.clone();
     broker
@@ -41,17 +74,18 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, mut stop: watch::
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
-                    let (b, s, budget) = (broker.clone(), conn_stop.clone(), budget.clone());
-                    connections.spawn(apis::groups::PEER.scope(peer, async move {
+                    let (b, s, budget, ctx) = (broker.clone(), conn_stop.clone(), budget.clone(), ctx.clone());
+                    let name = ctx.name.clone();
+                    connections.spawn(apis::groups::PEER.scope(peer, LISTENER.scope(name, async move {
                         let metrics = b.replica_manager().metrics().clone();
                         metrics.connections_accepted.inc();
                         metrics.connections.inc();
-                        if let Err(Close(why)) = connection(stream, b, s, budget).await {
+                        if let Err(Close(why)) = accept(stream, ctx, b, s, budget).await {
                             metrics.connections_closed_on_error.inc();
                             tracing::debug!(%peer, reason = %why, "connection closed");
                         }
                         metrics.connections.dec();
-                    }));
+                    })));
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
@@ -89,33 +123,161 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, mut stop: watch::
 /// How long shutdown waits for in-flight requests.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
+/// The TLS handshake (on SSL and SASL_SSL listeners), then the connection's requests.
+async fn accept(
+    stream: TcpStream,
+    ctx: Arc<ListenerContext>,
+    broker: Arc<Broker>,
+    stop: watch::Receiver<bool>,
+    budget: Arc<Semaphore>,
+) -> Result<(), Close> {
+    let peer = stream.peer_addr().ok();
+    let (conn, principal) = match &ctx.tls {
+        None => (Conn::Plain(stream), "User:ANONYMOUS".to_string()),
+        Some(listener) => {
+            let handshake =
+                tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, listener.acceptor().accept(stream))
+                    .await;
+            let tls = match handshake {
+                Err(_) => {
+                    tracing::info!(listener = %ctx.name, ?peer, "TLS handshake not completed within {} s; connection closed", TLS_HANDSHAKE_TIMEOUT.as_secs());
+                    return Err(Close("TLS handshake timed out".into()));
+                }
+                Ok(Err(e)) => {
+                    // Plaintext sent to a TLS port, an untrusted or expired client certificate, no common
+                    // protocol version: the operator sees why; the client got rustls's alert.
+                    tracing::info!(listener = %ctx.name, ?peer, error = %e, "TLS handshake failed; connection closed");
+                    return Err(Close(format!("TLS handshake failed: {e}")));
+                }
+                Ok(Ok(tls)) => tls,
+            };
+            let principal = tls::principal_of(tls.get_ref().1.peer_certificates());
+            (Conn::Tls(Box::new(tls)), principal)
+        }
+    };
+    let state = if ctx.sasl.is_some() {
+        AuthState::AwaitHandshake
+    } else {
+        AuthState::Authenticated
+    };
+    connection(conn, ctx, state, principal, broker, stop, budget).await
+}
+
+/// A client connection: plain TCP (file ranges go out with `sendfile(2)`) or TLS (file ranges are read and
+/// encrypted: no zero copy through a TLS record layer in user space).
+enum Conn {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            Conn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            Conn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => std::pin::Pin::new(s).poll_flush(cx),
+            Conn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            Conn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// What the SASL state machine wants done with a frame's answer.
+struct SaslReply {
+    response: Option<Response>,
+    /// Close after sending the response (and the failed-authentication delay), for this reason.
+    then_close: Option<String>,
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn connection(
-    mut stream: TcpStream,
+    mut stream: Conn,
+    ctx: Arc<ListenerContext>,
+    mut state: AuthState,
+    mut principal: String,
     broker: Arc<Broker>,
     mut stop: watch::Receiver<bool>,
     budget: Arc<Semaphore>,
 ) -> Result<(), Close> {
     let idle = crate::config_duration(broker.config.connections_max_idle_ms);
-    let max = broker.config.socket_request_max_bytes as usize;
+    let max_authenticated = broker.config.socket_request_max_bytes as usize;
+    let max_unauthenticated = broker
+        .config
+        .security
+        .sasl_max_receive_size
+        .min(max_authenticated);
+    let auth_deadline = tokio::time::Instant::now() + AUTHENTICATION_TIMEOUT;
     loop {
+        let authenticated = matches!(state, AuthState::Authenticated);
+        let (max, wait) = if authenticated {
+            (max_authenticated, idle)
+        } else {
+            let left = auth_deadline.saturating_duration_since(tokio::time::Instant::now());
+            (max_unauthenticated, idle.min(left))
+        };
         let mut size = [0u8; 4];
         tokio::select! {
-            r = tokio::time::timeout(idle, stream.read_exact(&mut size)) => match r {
+            r = tokio::time::timeout(wait, stream.read_exact(&mut size)) => match r {
+                Err(_) if !authenticated => {
+                    tracing::info!(listener = %ctx.name, "SASL authentication not completed within {} s; connection closed", AUTHENTICATION_TIMEOUT.as_secs());
+                    return Err(Close("authentication timed out".into()));
+                }
                 Err(_) => return Err(Close(format!("idle for more than connections.max.idle.ms={}", idle.as_millis()))),
                 Ok(Err(_)) => return Ok(()), // peer closed
                 Ok(Ok(_)) => {}
             },
             _ = crate::stopped(&mut stop) => return Ok(()),
         }
-        let size = i32::from_be_bytes(size);
-        if size < 8 || size as usize > max {
+        let declared = i32::from_be_bytes(size);
+        if declared < 8 || declared as usize > max {
+            if size[0] == 0x16 && size[1] == 0x03 && ctx.tls.is_none() {
+                tracing::info!(listener = %ctx.name, "a TLS handshake arrived on a {} listener; connection closed (client: use security.protocol={} or the SSL listener)", ctx.protocol.name(), ctx.protocol.name());
+                return Err(Close("TLS handshake on a listener without TLS".into()));
+            }
             // Refused before allocating: the declared size is never used to reserve memory.
             return Err(Close(format!(
-                "frame of {size} bytes is outside [8, socket.request.max.bytes={max}]"
+                "frame of {declared} bytes is outside [8, {}={max}]",
+                if authenticated {
+                    "socket.request.max.bytes"
+                } else {
+                    "sasl.server.max.receive.size"
+                }
             )));
         }
-        let size = size as usize;
-        let read = tokio::time::timeout(idle, read_frame(&mut stream, size, &budget)).await;
+        let size = declared as usize;
+        let read = tokio::time::timeout(wait, read_frame(&mut stream, size, &budget)).await;
         let (frame, permit) = match read {
             Err(_) => {
                 return Err(Close(
@@ -126,9 +288,23 @@ async fn connection(
         };
         let metrics = broker.replica_manager().metrics();
         metrics.network_received_bytes.inc_by(4 + size as u64);
-        let response = handle_frame(&broker, Bytes::from(frame)).await?;
+        let reply = if authenticated {
+            SaslReply {
+                response: handle_frame(&broker, Bytes::from(frame)).await?,
+                then_close: None,
+            }
+        } else {
+            sasl_frame(
+                &broker,
+                &ctx,
+                &mut state,
+                &mut principal,
+                Bytes::from(frame),
+            )
+            .await?
+        };
         drop(permit);
-        if let Some(response) = response {
+        if let Some(response) = reply.response {
             metrics.network_sent_bytes.inc_by(response.len() as u64);
             match tokio::time::timeout(idle, write_response(&mut stream, response)).await {
                 Err(_) => {
@@ -140,6 +316,178 @@ async fn connection(
                 Ok(Ok(())) => {}
             }
         }
+        if let Some(why) = reply.then_close {
+            // connection.failed.authentication.delay.ms: a guesser waits before it learns to reconnect.
+            tokio::time::sleep(Duration::from_millis(
+                broker.config.security.failed_authentication_delay_ms,
+            ))
+            .await;
+            return Err(Close(why));
+        }
+    }
+}
+
+/// A frame on a connection that has not authenticated yet (Kafka's `SaslServerAuthenticator`).
+async fn sasl_frame(
+    broker: &Arc<Broker>,
+    ctx: &ListenerContext,
+    state: &mut AuthState,
+    principal: &mut String,
+    frame: Bytes,
+) -> Result<SaslReply, Close> {
+    use kafka_protocol::messages::{
+        SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+        SaslHandshakeResponse,
+    };
+    let Some(settings) = ctx.sasl.as_ref() else {
+        return Err(Close("SASL state on a listener without SASL".into()));
+    };
+    if let AuthState::Authenticating {
+        exchange,
+        raw: true,
+    } = state
+    {
+        // After a v0 handshake the tokens are bare frames, and so are the answers; a failure just closes.
+        let mechanism = exchange_mechanism(exchange);
+        return match exchange.step(&frame, settings, |u| {
+            crate::security::scram_credential(broker, u, mechanism)
+        }) {
+            Outcome::Continue(token) => Ok(raw_reply(token, None)),
+            Outcome::Done {
+                principal: p,
+                token,
+            } => {
+                tracing::debug!(listener = %ctx.name, principal = %p, "SASL authenticated (v0 framing)");
+                *principal = p;
+                *state = AuthState::Authenticated;
+                Ok(raw_reply(token, None))
+            }
+            Outcome::Failed(why) => {
+                tracing::info!(listener = %ctx.name, reason = %why, "SASL authentication failed; connection closed");
+                Ok(SaslReply {
+                    response: None,
+                    then_close: Some(why),
+                })
+            }
+        };
+    }
+    let p = prefix(&frame).ok_or_else(|| Close("frame shorter than a request header".into()))?;
+    let key = ApiKey::try_from(p.api_key).ok();
+    let expected = match state {
+        AuthState::AwaitHandshake => {
+            matches!(key, Some(ApiKey::ApiVersions | ApiKey::SaslHandshake))
+        }
+        AuthState::Authenticating { .. } => matches!(key, Some(ApiKey::SaslAuthenticate)),
+        AuthState::Authenticated => true,
+    };
+    if !expected {
+        tracing::info!(listener = %ctx.name, api_key = p.api_key, "request before SASL authentication; connection closed");
+        return Err(Close(format!(
+            "unexpected request (API key {}) during SASL authentication: only ApiVersions, SaslHandshake and \
+             SaslAuthenticate are allowed before it completes",
+            p.api_key
+        )));
+    }
+    if key == Some(ApiKey::ApiVersions) {
+        return Ok(SaslReply {
+            response: handle_frame(broker, frame).await?,
+            then_close: None,
+        });
+    }
+    let api_key = key.expect("checked above");
+    let in_range =
+        apis::supported_by(api_key).is_some_and(|(a, b)| (a..=b).contains(&p.api_version));
+    if !in_range {
+        return Err(Close(format!(
+            "{api_key:?} v{} is not supported",
+            p.api_version
+        )));
+    }
+    let (header, mut body) = decode_header(api_key, p.api_version, frame)?;
+    let version = header.request_api_version;
+    if api_key == ApiKey::SaslHandshake {
+        let req: SaslHandshakeRequest = decode(api_key, &mut body, version)?;
+        let enabled: Vec<_> = settings
+            .mechanisms
+            .iter()
+            .map(|m| apis::s(m.name()))
+            .collect();
+        let chosen = crate::config::SaslMechanism::parse(req.mechanism.as_str())
+            .filter(|m| settings.mechanisms.contains(m));
+        let mut resp = SaslHandshakeResponse::default().with_mechanisms(enabled);
+        let then_close = match chosen {
+            Some(m) => {
+                *state = AuthState::Authenticating {
+                    exchange: Exchange::new(m),
+                    raw: version == 0,
+                };
+                None
+            }
+            None => {
+                resp.error_code = apis::code::UNSUPPORTED_SASL_MECHANISM;
+                tracing::info!(listener = %ctx.name, mechanism = %req.mechanism.as_str(), "client asked for a SASL mechanism this listener does not enable; connection closed");
+                Some(format!(
+                    "unsupported SASL mechanism {}",
+                    req.mechanism.as_str()
+                ))
+            }
+        };
+        return Ok(SaslReply {
+            response: Some(encode_response(&header, &resp)?.into()),
+            then_close,
+        });
+    }
+    let req: SaslAuthenticateRequest = decode(api_key, &mut body, version)?;
+    let AuthState::Authenticating { exchange, .. } = state else {
+        return Err(Close("SaslAuthenticate before SaslHandshake".into()));
+    };
+    let mechanism = exchange_mechanism(exchange);
+    let outcome = exchange.step(&req.auth_bytes, settings, |u| {
+        crate::security::scram_credential(broker, u, mechanism)
+    });
+    let mut resp = SaslAuthenticateResponse::default();
+    let then_close = match outcome {
+        Outcome::Continue(token) => {
+            resp.auth_bytes = Bytes::from(token);
+            None
+        }
+        Outcome::Done {
+            principal: p,
+            token,
+        } => {
+            tracing::debug!(listener = %ctx.name, principal = %p, mechanism = mechanism.name(), "SASL authenticated");
+            resp.auth_bytes = Bytes::from(token);
+            *principal = p;
+            *state = AuthState::Authenticated;
+            None
+        }
+        Outcome::Failed(why) => {
+            tracing::info!(listener = %ctx.name, mechanism = mechanism.name(), reason = %why, "SASL authentication failed; connection closed");
+            resp.error_code = apis::code::SASL_AUTHENTICATION_FAILED;
+            resp.error_message = Some(apis::s(why.clone()));
+            Some(why)
+        }
+    };
+    Ok(SaslReply {
+        response: Some(encode_response(&header, &resp)?.into()),
+        then_close,
+    })
+}
+
+fn exchange_mechanism(exchange: &Exchange) -> crate::config::SaslMechanism {
+    match exchange {
+        Exchange::Plain => crate::config::SaslMechanism::Plain,
+        Exchange::Scram(s) => s.mechanism(),
+    }
+}
+
+fn raw_reply(token: Vec<u8>, then_close: Option<String>) -> SaslReply {
+    let mut out = BytesMut::with_capacity(4 + token.len());
+    out.extend_from_slice(&(token.len() as u32).to_be_bytes());
+    out.extend_from_slice(&token);
+    SaslReply {
+        response: Some(Response::Buf(out)),
+        then_close,
     }
 }
 
@@ -179,7 +527,11 @@ impl From<BytesMut> for Response {
 
 /// Writes one response. File pieces go with `sendfile(2)` (Linux); a failure midway closes the connection
 /// (the frame is incomplete), as any write failure does.
-async fn write_response(stream: &mut TcpStream, response: Response) -> std::io::Result<()> {
+async fn write_response(conn: &mut Conn, response: Response) -> std::io::Result<()> {
+    let stream = match conn {
+        Conn::Plain(s) => s,
+        Conn::Tls(tls) => return write_response_copying(tls.as_mut(), response).await,
+    };
     match response {
         Response::Buf(b) => stream.write_all(&b).await,
         Response::Pieces(pieces) => {
@@ -196,6 +548,29 @@ async fn write_response(stream: &mut TcpStream, response: Response) -> std::io::
             Ok(())
         }
     }
+}
+
+/// Writes one response through TLS: file ranges are read into memory (off the async workers) and encrypted.
+async fn write_response_copying(
+    stream: &mut (impl AsyncWrite + Unpin),
+    response: Response,
+) -> std::io::Result<()> {
+    match response {
+        Response::Buf(b) => stream.write_all(&b).await?,
+        Response::Pieces(pieces) => {
+            for piece in pieces {
+                match piece {
+                    Piece::Bytes(b) => stream.write_all(&b).await?,
+                    Piece::File(f) => {
+                        let bytes = crate::blocking(move || f.read_to_vec()).await?;
+                        stream.write_all(&bytes).await?
+                    }
+                }
+            }
+        }
+    }
+    // TLS buffers records; the response must leave now, not with the next one.
+    stream.flush().await
 }
 
 /// TCP_CORK: the small buffers between file ranges leave in full packets with the file bytes, not alone
@@ -279,7 +654,7 @@ async fn send_file(stream: &mut TcpStream, slice: &annal_log::FileSlice) -> std:
 /// frame and stalls holds little), and every byte held is first taken from the shared `budget`, so many large
 /// requests at once wait for memory instead of exhausting it.
 async fn read_frame(
-    stream: &mut TcpStream,
+    stream: &mut (impl AsyncRead + Unpin),
     size: usize,
     budget: &Arc<Semaphore>,
 ) -> Result<(Vec<u8>, Option<tokio::sync::OwnedSemaphorePermit>), Close> {

@@ -351,6 +351,59 @@ async fn every_advertised_version_answers() {
     common::group_versions::exercise_group_apis(&mut c, T, &mut tested).await;
     common::txn::exercise_txn_apis(&mut c, T, &mut tested).await;
 
+    // SASL on a PLAINTEXT listener: Kafka answers ILLEGAL_SASL_STATE (the exchanges: tests/security.rs).
+    for v in 0..=1 {
+        let resp = c
+            .call(
+                &SaslHandshakeRequest::default().with_mechanism(s("PLAIN")),
+                v,
+            )
+            .await;
+        assert_eq!(resp.error_code, 34, "sasl handshake v{v}");
+        tested.insert((ApiKey::SaslHandshake as i16, v));
+    }
+    for v in 0..=2 {
+        let resp = c.call(&SaslAuthenticateRequest::default(), v).await;
+        assert_eq!(resp.error_code, 34, "sasl authenticate v{v}");
+        tested.insert((ApiKey::SaslAuthenticate as i16, v));
+    }
+    {
+        let salt = bytes::Bytes::from_static(b"versions-salt");
+        let up = alter_user_scram_credentials_request::ScramCredentialUpsertion::default()
+            .with_name(s("versions-user"))
+            .with_mechanism(1)
+            .with_iterations(4096)
+            .with_salt(salt)
+            .with_salted_password(bytes::Bytes::from(vec![7u8; 32]));
+        let resp = c
+            .call(
+                &AlterUserScramCredentialsRequest::default().with_upsertions(vec![up]),
+                0,
+            )
+            .await;
+        assert_eq!(
+            resp.results[0].error_code, 0,
+            "{:?}",
+            resp.results[0].error_message
+        );
+        tested.insert((ApiKey::AlterUserScramCredentials as i16, 0));
+        let resp = c
+            .call(
+                &DescribeUserScramCredentialsRequest::default().with_users(None),
+                0,
+            )
+            .await;
+        assert_eq!(resp.results.len(), 1);
+        assert_eq!(resp.results[0].credential_infos[0].iterations, 4096);
+        tested.insert((ApiKey::DescribeUserScramCredentials as i16, 0));
+    }
+    for v in 0..=1 {
+        let resp = c.call(&DescribeClientQuotasRequest::default(), v).await;
+        assert_eq!(resp.error_code, 0);
+        assert_eq!(resp.entries.map(|e| e.len()), Some(0));
+        tested.insert((ApiKey::DescribeClientQuotas as i16, v));
+    }
+
     // The APIs the active controller answers (ElectLeaders, reassignments, DescribeQuorum: the broker forwards
     // them) are proven by the cluster interop tests (test_elections.py, test_cluster.py, the Kafka tools), which
     // drive them with Kafka's own clients on real clusters.

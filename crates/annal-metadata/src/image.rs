@@ -12,7 +12,7 @@ use uuid::Uuid;
 use crate::records::{
     BrokerEndpoint, BrokerFeature, ConfigRecord, ConfigResourceType, FeatureLevelRecord,
     MetadataRecord, PartitionChangeRecord, PartitionRecord, ProducerIdsRecord, RecordError,
-    RegisterBrokerRecord, TopicRecord, LEADER_UNCHANGED, NO_LEADER,
+    RegisterBrokerRecord, TopicRecord, UserScramCredentialRecord, LEADER_UNCHANGED, NO_LEADER,
 };
 
 /// A record that does not fit the image it is applied to. In a committed log this is a controller bug: the
@@ -165,6 +165,8 @@ pub struct MetadataImage {
     pub next_producer_id: i64,
     /// Finalized feature levels (e.g. metadata.version).
     pub features: BTreeMap<String, i16>,
+    /// SCRAM credentials by (user, Kafka's mechanism code): what SASL/SCRAM listeners authenticate against.
+    pub scram_credentials: BTreeMap<(String, i8), UserScramCredentialRecord>,
 }
 
 impl MetadataImage {
@@ -320,6 +322,28 @@ impl MetadataImage {
                     ));
                 }
                 self.next_producer_id = r.next_producer_id;
+            }
+            MetadataRecord::UserScramCredential(r) => {
+                if !(1..=2).contains(&r.mechanism) || r.name.is_empty() || r.iterations <= 0 {
+                    return Err(format!(
+                        "SCRAM credential for '{}' has mechanism {} and {} iterations",
+                        r.name, r.mechanism, r.iterations
+                    ));
+                }
+                self.scram_credentials
+                    .insert((r.name.clone(), r.mechanism), r.clone());
+            }
+            MetadataRecord::RemoveUserScramCredential(r) => {
+                if self
+                    .scram_credentials
+                    .remove(&(r.name.clone(), r.mechanism))
+                    .is_none()
+                {
+                    return Err(format!(
+                        "no SCRAM credential for '{}' with mechanism {} to remove",
+                        r.name, r.mechanism
+                    ));
+                }
             }
             MetadataRecord::FeatureLevel(r) => {
                 if r.feature_level == 0 {
@@ -531,6 +555,15 @@ impl MetadataImage {
         self.topics.get(topic_id)?.partitions.get(&partition)
     }
 
+    /// A user's SCRAM credential for a mechanism (Kafka's code: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512).
+    pub fn scram_credential(
+        &self,
+        user: &str,
+        mechanism: i8,
+    ) -> Option<&UserScramCredentialRecord> {
+        self.scram_credentials.get(&(user.to_string(), mechanism))
+    }
+
     /// The epoch a broker registering now gets: above every epoch in use and above every offset applied, so it
     /// only grows, survives snapshots, and is the same on every node.
     pub fn next_broker_epoch(&self) -> i64 {
@@ -599,6 +632,9 @@ impl MetadataImage {
                     value: Some(value.clone()),
                 }));
             }
+        }
+        for c in self.scram_credentials.values() {
+            out.push(MetadataRecord::UserScramCredential(c.clone()));
         }
         if self.next_producer_id > 0 {
             out.push(MetadataRecord::ProducerIds(ProducerIdsRecord {

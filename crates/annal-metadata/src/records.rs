@@ -279,6 +279,36 @@ pub struct BrokerRegistrationChangeRecord {
     pub log_dirs: Vec<Uuid>,
 }
 
+/// api key 11, version 0: a user's SCRAM credential for one mechanism (Kafka's `ScramMechanism` code: 1
+/// SCRAM-SHA-256, 2 SCRAM-SHA-512), as Kafka stores it: never the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct UserScramCredentialRecord {
+    pub name: String,
+    pub mechanism: i8,
+    pub salt: Vec<u8>,
+    pub stored_key: Vec<u8>,
+    pub server_key: Vec<u8>,
+    pub iterations: i32,
+}
+
+impl std::fmt::Debug for UserScramCredentialRecord {
+    // Keys stay out of logs and panic messages.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserScramCredentialRecord")
+            .field("name", &self.name)
+            .field("mechanism", &self.mechanism)
+            .field("iterations", &self.iterations)
+            .finish_non_exhaustive()
+    }
+}
+
+/// api key 22, version 0.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoveUserScramCredentialRecord {
+    pub name: String,
+    pub mechanism: i8,
+}
+
 /// One metadata record of a kind Annal understands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MetadataRecord {
@@ -294,6 +324,8 @@ pub enum MetadataRecord {
     FeatureLevel(FeatureLevelRecord),
     ProducerIds(ProducerIdsRecord),
     BrokerRegistrationChange(BrokerRegistrationChangeRecord),
+    UserScramCredential(UserScramCredentialRecord),
+    RemoveUserScramCredential(RemoveUserScramCredentialRecord),
 }
 
 /// (name, api key, lowest and highest version read).
@@ -310,6 +342,9 @@ const FEATURE_LEVEL: (&str, u32, u16, u16) = ("FeatureLevelRecord", 12, 0, 0);
 const PRODUCER_IDS: (&str, u32, u16, u16) = ("ProducerIdsRecord", 15, 0, 0);
 const BROKER_REGISTRATION_CHANGE: (&str, u32, u16, u16) =
     ("BrokerRegistrationChangeRecord", 17, 0, 2);
+const USER_SCRAM_CREDENTIAL: (&str, u32, u16, u16) = ("UserScramCredentialRecord", 11, 0, 0);
+const REMOVE_USER_SCRAM_CREDENTIAL: (&str, u32, u16, u16) =
+    ("RemoveUserScramCredentialRecord", 22, 0, 0);
 
 impl MetadataRecord {
     /// Kafka's record type id (`MetadataRecordType`).
@@ -336,6 +371,8 @@ impl MetadataRecord {
             MetadataRecord::FeatureLevel(_) => FEATURE_LEVEL,
             MetadataRecord::ProducerIds(_) => PRODUCER_IDS,
             MetadataRecord::BrokerRegistrationChange(_) => BROKER_REGISTRATION_CHANGE,
+            MetadataRecord::UserScramCredential(_) => USER_SCRAM_CREDENTIAL,
+            MetadataRecord::RemoveUserScramCredential(_) => REMOVE_USER_SCRAM_CREDENTIAL,
         }
     }
 
@@ -432,6 +469,20 @@ impl MetadataRecord {
                 }
                 w.tagged_fields(&tags);
             }
+            MetadataRecord::UserScramCredential(r) => {
+                w.string(&r.name);
+                w.i8(r.mechanism);
+                w.bytes(&r.salt);
+                w.bytes(&r.stored_key);
+                w.bytes(&r.server_key);
+                w.i32(r.iterations);
+                w.tagged_fields(&[]);
+            }
+            MetadataRecord::RemoveUserScramCredential(r) => {
+                w.string(&r.name);
+                w.i8(r.mechanism);
+                w.tagged_fields(&[]);
+            }
         }
         w.bytes
     }
@@ -458,6 +509,8 @@ impl MetadataRecord {
             12 => FEATURE_LEVEL,
             15 => PRODUCER_IDS,
             17 => BROKER_REGISTRATION_CHANGE,
+            11 => USER_SCRAM_CREDENTIAL,
+            22 => REMOVE_USER_SCRAM_CREDENTIAL,
             other => return Err(RecordError::UnknownRecordType(other)),
         };
         let (record_name, _, min, max) = kind;
@@ -540,6 +593,32 @@ impl MetadataRecord {
             17 => MetadataRecord::BrokerRegistrationChange(decode_broker_registration_change(
                 &mut r, v,
             )?),
+            11 => {
+                let name = r.string("Name")?;
+                let mechanism = r.i8("Mechanism")?;
+                let salt = r.bytes("Salt")?;
+                let stored_key = r.bytes("StoredKey")?;
+                let server_key = r.bytes("ServerKey")?;
+                let iterations = r.i32("Iterations")?;
+                r.tagged_fields(|_, _| Ok(false))?;
+                MetadataRecord::UserScramCredential(UserScramCredentialRecord {
+                    name,
+                    mechanism,
+                    salt,
+                    stored_key,
+                    server_key,
+                    iterations,
+                })
+            }
+            22 => {
+                let name = r.string("Name")?;
+                let mechanism = r.i8("Mechanism")?;
+                r.tagged_fields(|_, _| Ok(false))?;
+                MetadataRecord::RemoveUserScramCredential(RemoveUserScramCredentialRecord {
+                    name,
+                    mechanism,
+                })
+            }
             _ => unreachable!("api key {api_key} was matched above"),
         };
         if r.remaining() > 0 {

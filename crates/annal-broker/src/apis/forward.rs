@@ -232,7 +232,7 @@ pub async fn incremental_alter_configs(
 
 /// Waits until `done` holds, at most [`VISIBLE_WAIT_MAX`]; the change is committed either way, so running out
 /// only means a client may briefly not see it here.
-async fn wait_until(done: impl Fn() -> bool) {
+pub(crate) async fn wait_until(done: impl Fn() -> bool) {
     let deadline = tokio::time::Instant::now() + VISIBLE_WAIT_MAX;
     while !done() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(VISIBLE_POLL).await;

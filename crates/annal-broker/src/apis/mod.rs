@@ -15,6 +15,7 @@ pub mod produce;
 mod produce_records;
 mod produce_verification;
 pub mod producers;
+pub mod sasl;
 pub mod txn;
 pub mod txn_markers;
 
@@ -70,6 +71,12 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::TxnOffsetCommit, 0, 4),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
+    // Security: the exchange runs before dispatch (server::sasl_frame); see apis::sasl.
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
+    (ApiKey::DescribeClientQuotas, 0, 1),
 ];
 
 /// APIs the active controller answers, forwarded to it as Kafka's brokers forward them (DescribeQuorum and
@@ -178,6 +185,17 @@ pub fn decode_body(key: ApiKey, header: &RequestHeader, mut buf: Bytes) -> Resul
             decode::<DescribeTransactionsRequest>(key, &mut buf, v).map(drop)
         }
         ApiKey::ListTransactions => decode::<ListTransactionsRequest>(key, &mut buf, v).map(drop),
+        ApiKey::SaslHandshake => decode::<SaslHandshakeRequest>(key, &mut buf, v).map(drop),
+        ApiKey::SaslAuthenticate => decode::<SaslAuthenticateRequest>(key, &mut buf, v).map(drop),
+        ApiKey::DescribeUserScramCredentials => {
+            decode::<DescribeUserScramCredentialsRequest>(key, &mut buf, v).map(drop)
+        }
+        ApiKey::AlterUserScramCredentials => {
+            decode::<AlterUserScramCredentialsRequest>(key, &mut buf, v).map(drop)
+        }
+        ApiKey::DescribeClientQuotas => {
+            decode::<DescribeClientQuotasRequest>(key, &mut buf, v).map(drop)
+        }
         ApiKey::Produce if v < 3 => match produce::legacy_unsupported(v, &buf) {
             Some(Err(e)) => Err(Close(e)),
             _ => Ok(()),
@@ -527,6 +545,46 @@ pub async fn dispatch(
             buf,
             ListTransactionsRequest,
             txn::list_transactions
+        ),
+        ApiKey::SaslHandshake => route!(
+            broker,
+            key,
+            header,
+            buf,
+            SaslHandshakeRequest,
+            sasl::sasl_handshake
+        ),
+        ApiKey::SaslAuthenticate => route!(
+            broker,
+            key,
+            header,
+            buf,
+            SaslAuthenticateRequest,
+            sasl::sasl_authenticate
+        ),
+        ApiKey::DescribeUserScramCredentials => route!(
+            broker,
+            key,
+            header,
+            buf,
+            DescribeUserScramCredentialsRequest,
+            sasl::describe_user_scram_credentials
+        ),
+        ApiKey::AlterUserScramCredentials => route!(
+            broker,
+            key,
+            header,
+            buf,
+            AlterUserScramCredentialsRequest,
+            sasl::alter_user_scram_credentials
+        ),
+        ApiKey::DescribeClientQuotas => route!(
+            broker,
+            key,
+            header,
+            buf,
+            DescribeClientQuotasRequest,
+            sasl::describe_client_quotas
         ),
         ApiKey::Produce if header.request_api_version < 3 => {
             match produce::legacy_unsupported(header.request_api_version, &buf) {

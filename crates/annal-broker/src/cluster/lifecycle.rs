@@ -29,6 +29,8 @@ pub struct Endpoint {
     pub name: String,
     pub host: String,
     pub port: u16,
+    /// Kafka's `SecurityProtocol` id: 0 PLAINTEXT, 1 SSL, 2 SASL_PLAINTEXT, 3 SASL_SSL.
+    pub security_protocol: i16,
 }
 
 pub struct LifecycleConfig {
@@ -191,7 +193,7 @@ async fn register(
                 .with_name(StrBytes::from_string(l.name.clone()))
                 .with_host(StrBytes::from_string(l.host.clone()))
                 .with_port(l.port)
-                .with_security_protocol(0) // PLAINTEXT
+                .with_security_protocol(l.security_protocol)
         })
         .collect();
     let request = BrokerRegistrationRequest::default()

@@ -356,13 +356,18 @@ impl ClusterRuntime {
     /// The brokers clients may use, as Metadata lists them (Kafka lists unfenced brokers only): id, the endpoint
     /// of this node's client listener name (or the broker's first endpoint), rack.
     pub fn live_brokers(&self) -> Vec<BrokerView> {
+        // The listener the request came in on (Kafka answers with the same listener's endpoints), else the
+        // client listener.
+        let listener = crate::server::LISTENER
+            .try_with(|l| l.to_string())
+            .unwrap_or_else(|_| self.client_listener_name.clone());
         self.image()
             .live_brokers()
             .filter_map(|b| {
                 let endpoint = b
                     .listeners
                     .iter()
-                    .find(|l| l.name == self.client_listener_name)
+                    .find(|l| l.name == listener)
                     .or_else(|| b.listeners.first())?;
                 Some(BrokerView {
                     id: b.id,

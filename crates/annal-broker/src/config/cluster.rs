@@ -316,10 +316,41 @@ pub(super) fn resolve(
             protocol_of(&protocols, name, "controller.listener.names")?;
         }
     }
-    if implicit && !explicit.contains_key("inter.broker.listener.name") {
-        // A single node has no other broker; its one client listener, whatever its name, is the inter-broker
-        // one (as single-node Annal accepted `listeners=CLIENT://...` before it knew about clusters).
-        if let Some(first) = broker.first() {
+    for l in &controller {
+        require_plaintext(l.name.as_str(), l.protocol, "the controller listener")?;
+    }
+    if !roles.controller {
+        if let Some(name) = controller_names.first() {
+            let p = protocol_of(&protocols, name, "controller.listener.names")?;
+            require_plaintext(name, p, "the controller listener")?;
+        }
+    }
+    match (
+        explicit.get("security.inter.broker.protocol"),
+        explicit.contains_key("inter.broker.listener.name"),
+    ) {
+        (Some(_), true) => {
+            return Err(SettingError::new(
+                "security.inter.broker.protocol",
+                "is set together with inter.broker.listener.name; set only one (Kafka refuses both too)",
+            ))
+        }
+        // Kafka: the inter-broker listener is the one named like the protocol.
+        (Some(p), false) => inter_broker_name = p.trim().to_ascii_uppercase(),
+        _ => {}
+    }
+    if implicit
+        && !explicit.contains_key("inter.broker.listener.name")
+        && !explicit.contains_key("security.inter.broker.protocol")
+    {
+        // A single node has no other broker; its first PLAINTEXT client listener (else its first), whatever its
+        // name, is the inter-broker one (as single-node Annal accepted `listeners=CLIENT://...` before it knew
+        // about clusters). Transaction markers reach the node itself through it.
+        if let Some(first) = broker
+            .iter()
+            .find(|l| l.protocol == SecurityProtocol::Plaintext)
+            .or(broker.first())
+        {
             inter_broker_name = first.name.clone();
         }
     }
@@ -336,6 +367,9 @@ pub(super) fn resolve(
         ));
     }
 
+    if let Some(l) = broker.iter().find(|l| l.name == inter_broker_name) {
+        require_plaintext(&l.name, l.protocol, "the inter-broker listener")?;
+    }
     let listeners = Listeners {
         broker,
         controller,
@@ -516,16 +550,30 @@ fn protocol_of(
                  listener.security.protocol.map"
             ),
         )),
-        Some(SecurityProtocol::Plaintext) => Ok(SecurityProtocol::Plaintext),
-        Some(p) => Err(SettingError::new(
-            setting,
-            format!(
-                "listener {name} uses security protocol {}; Annal supports PLAINTEXT only (TLS and SASL are not \
-                 supported yet): map {name}:PLAINTEXT in listener.security.protocol.map or use a PLAINTEXT listener",
-                p.name()
-            ),
-        )),
+        Some(p) => Ok(*p),
     }
+}
+
+/// The controller and inter-broker listeners speak PLAINTEXT only: the broker's own client (replica fetchers,
+/// transaction markers, the controller channel) and the quorum transport have no TLS or SASL yet
+/// (docs/decisions/0017-security.md).
+fn require_plaintext(
+    name: &str,
+    protocol: SecurityProtocol,
+    role: &str,
+) -> Result<(), SettingError> {
+    if protocol == SecurityProtocol::Plaintext {
+        return Ok(());
+    }
+    Err(SettingError::new(
+        "listener.security.protocol.map",
+        format!(
+            "listener {name} is {role} and uses {}; Annal's own connections between nodes speak PLAINTEXT only \
+             for now: map {name}:PLAINTEXT (add a PLAINTEXT listener for inter.broker.listener.name and secure \
+             the client listeners)",
+            protocol.name()
+        ),
+    ))
 }
 
 /// `listeners` (or the default), with `--listen` replacing the client listener's address. Empty hosts bind to

@@ -86,6 +86,16 @@ impl SecurityProtocol {
         }
     }
 
+    /// Kafka's `SecurityProtocol` id, as registrations carry it.
+    pub fn id(self) -> i16 {
+        match self {
+            SecurityProtocol::Plaintext => 0,
+            SecurityProtocol::Ssl => 1,
+            SecurityProtocol::SaslPlaintext => 2,
+            SecurityProtocol::SaslSsl => 3,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             SecurityProtocol::Plaintext => "PLAINTEXT",

@@ -18,12 +18,17 @@ mod cluster;
 #[cfg(test)]
 mod cluster_tests;
 mod endpoints;
+mod security;
 
 pub use cluster::{
     ClusterConfig, LeaseConfig, Listeners, ProcessRoles, QuorumConfig, ReplicationConfig,
     VoterSource, DEFAULT_CLIENT_LISTENER, DEFAULT_CONTROLLER_LISTENER_NAME, DEFAULT_PROTOCOL_MAP,
 };
 pub use endpoints::{Endpoint, Listener, SecurityProtocol, SettingError};
+pub use security::{
+    parse_jaas, ClientAuth, JaasEntry, ListenerSecurity, PemSource, SaslMechanism, SaslSettings,
+    SecurityConfig, SslSettings,
+};
 
 /// What values a setting accepts.
 #[derive(Debug, Clone, Copy)]
@@ -308,6 +313,34 @@ pub const BROKER_SETTINGS: &[Setting] = &[
     setting("replica.fetch.response.max.bytes", int(0), "10485760"),
     setting("replica.fetch.backoff.ms", int(0), "1000"),
     setting("unclean.leader.election.enable", Kind::Bool, "false"),
+    // Security (`security`; per listener: listener.name.<name>.<setting>).
+    setting("ssl.keystore.type", Kind::Text, "JKS"),
+    computed("ssl.keystore.location", Kind::Text),
+    computed("ssl.keystore.password", Kind::Text),
+    computed("ssl.keystore.certificate.chain", Kind::Text),
+    computed("ssl.keystore.key", Kind::Text),
+    computed("ssl.key.password", Kind::Text),
+    setting("ssl.truststore.type", Kind::Text, "JKS"),
+    computed("ssl.truststore.location", Kind::Text),
+    computed("ssl.truststore.password", Kind::Text),
+    computed("ssl.truststore.certificates", Kind::Text),
+    setting(
+        "ssl.client.auth",
+        Kind::Choice(&["none", "requested", "required"]),
+        "none",
+    ),
+    setting("ssl.enabled.protocols", Kind::Text, "TLSv1.2,TLSv1.3"),
+    setting("ssl.protocol", Kind::Text, "TLSv1.3"),
+    setting("ssl.endpoint.identification.algorithm", Kind::Text, "https"),
+    setting("sasl.enabled.mechanisms", Kind::Text, "GSSAPI"),
+    setting("sasl.mechanism.inter.broker.protocol", Kind::Text, "GSSAPI"),
+    setting(
+        "security.inter.broker.protocol",
+        Kind::Choice(&["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]),
+        "PLAINTEXT",
+    ),
+    setting("sasl.server.max.receive.size", int(1), "524288"),
+    setting("connection.failed.authentication.delay.ms", int(0), "100"),
     // Operations (Annal's own): the HTTP listener, lag health, the retention guard (`crate::ops`).
     setting("http.listen", Kind::Text, crate::ops::DEFAULT_HTTP_LISTEN),
     setting("lag.window.commits", Kind::Int { min: 1, max: 1000 }, "10"),
@@ -430,7 +463,10 @@ pub struct BrokerConfig {
     pub ops: crate::ops::OpsConfig,
     /// The transaction coordinator's settings (`transaction.*`, `transactional.id.expiration.ms`).
     pub transactions: crate::txn::TxnConfig,
+    /// TLS and SASL per broker listener (`ssl.*`, `sasl.*`, `listener.name.<name>.*`).
+    pub security: SecurityConfig,
     /// Every honoured setting's effective value and source, for DescribeConfigs on the broker resource.
+    /// Secrets (passwords, keys, JAAS configs) are never in it.
     pub described: BTreeMap<String, (String, Source)>,
 }
 
@@ -512,13 +548,7 @@ impl BrokerConfig {
             .ok_or_else(|| anyhow!("listeners: this node has no listener to serve"))?;
         let listen = served.bind.to_string();
         let advertised = served.advertised.clone().map(|e| (e.host, e.port));
-        if cluster.listeners.broker.len() > 1 {
-            tracing::warn!(
-                listeners = ?cluster.listeners.broker.iter().map(|l| &l.name).collect::<Vec<_>>(),
-                serving = %served.name,
-                "several broker listeners are configured; clients are served on the first only for now"
-            );
-        }
+        let security = security::resolve(&explicit, &cluster.listeners.broker)?;
         // Kafka's precedence: log.retention.ms, then .minutes, then .hours.
         let retention_ms = if explicit.contains_key("log.retention.ms") {
             num("log.retention.ms")
@@ -553,6 +583,9 @@ impl BrokerConfig {
 
         let mut described = BTreeMap::new();
         for s in BROKER_SETTINGS {
+            if security::is_sensitive(s.name) {
+                continue;
+            }
             let (value, source) = match explicit.get(s.name) {
                 Some(v) => (v.clone(), Source::Static),
                 None => match s.default {
@@ -676,6 +709,7 @@ impl BrokerConfig {
                 ) as u64,
                 ..crate::txn::TxnConfig::default()
             },
+            security,
             described,
         })
     }
@@ -693,6 +727,16 @@ fn source_of(explicit: &BTreeMap<String, String>, prefix: &str) -> Source {
 fn set(explicit: &mut BTreeMap<String, String>, key: &str, value: &str) -> anyhow::Result<()> {
     if let Some(s) = BROKER_SETTINGS.iter().find(|s| s.name == key) {
         let v = s.kind.validate(key, value)?;
+        explicit.insert(key.to_string(), v);
+        Ok(())
+    } else if key.starts_with("listener.name.") {
+        let v = match security::listener_setting(key).map_err(|e| anyhow!(e))? {
+            Some(base) => match BROKER_SETTINGS.iter().find(|s| s.name == base) {
+                Some(s) => s.kind.validate(key, value)?,
+                None => value.trim().to_string(),
+            },
+            None => value.trim().to_string(),
+        };
         explicit.insert(key.to_string(), v);
         Ok(())
     } else if IGNORED_KAFKA_SETTINGS.contains(&key) {

@@ -107,21 +107,30 @@ impl Drop for TestBroker {
     }
 }
 
+/// A byte stream a test client speaks Kafka over: TCP, or TLS over TCP (tests/security.rs).
+pub trait Duplex: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Duplex for T {}
+
 pub struct Client {
-    pub stream: TcpStream,
+    pub stream: Box<dyn Duplex>,
     next_correlation: i32,
 }
 
 impl Client {
+    /// A client over an established stream (e.g. a TLS connection).
+    pub fn over(stream: impl Duplex + 'static) -> Client {
+        Client {
+            stream: Box::new(stream),
+            next_correlation: 1,
+        }
+    }
+
     pub async fn connect(addr: SocketAddr) -> Client {
         let stream = TcpStream::connect(addr)
             .await
             .expect("connect to test broker");
         stream.set_nodelay(true).unwrap();
-        Client {
-            stream,
-            next_correlation: 1,
-        }
+        Client::over(stream)
     }
 
     /// Encodes a request frame (size, header, body).
@@ -145,6 +154,7 @@ impl Client {
         self.next_correlation += 1;
         let frame = Self::frame(req, version, correlation);
         self.stream.write_all(&frame).await.unwrap();
+        self.stream.flush().await.unwrap();
         correlation
     }
 

@@ -41,3 +41,9 @@ pub const ELIGIBLE_LEADERS_NOT_AVAILABLE: i16 = 83;
 pub const ELECTION_NOT_NEEDED: i16 = 84;
 pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
 pub const NEW_LEADER_ELECTED: i16 = 108;
+
+// SCRAM credentials (AlterUserScramCredentials, DescribeUserScramCredentials).
+pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
+pub const RESOURCE_NOT_FOUND: i16 = 91;
+pub const DUPLICATE_RESOURCE: i16 = 92;
+pub const UNACCEPTABLE_CREDENTIAL: i16 = 93;

@@ -22,6 +22,7 @@ mod reassignments;
 mod rebalance;
 #[cfg(test)]
 mod restart_tests;
+pub mod scram;
 mod topics;
 mod writer;
 
@@ -252,6 +253,10 @@ impl Controller {
                 .alter_partition_reassignments(r)),
             46 => run!(ListPartitionReassignmentsRequest, |r| self
                 .list_partition_reassignments(r)),
+            51 => run!(
+                kafka_protocol::messages::AlterUserScramCredentialsRequest,
+                |r| self.alter_user_scram_credentials(r)
+            ),
             other => Err(HandleError::UnsupportedApi(other)),
         }
     }
@@ -272,6 +277,7 @@ pub fn supported_apis() -> Vec<(i16, i16, i16)> {
         range::<AlterPartitionReassignmentsRequest>(45),
         range::<ListPartitionReassignmentsRequest>(46),
         range::<IncrementalAlterConfigsRequest>(44),
+        range::<kafka_protocol::messages::AlterUserScramCredentialsRequest>(51),
         range::<AlterPartitionRequest>(56),
         range::<BrokerRegistrationRequest>(62),
         range::<BrokerHeartbeatRequest>(63),

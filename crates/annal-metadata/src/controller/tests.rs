@@ -965,3 +965,83 @@ async fn random_operations_keep_every_invariant() {
 
 #[path = "election_tests.rs"]
 mod election_tests;
+
+#[tokio::test]
+async fn scram_credentials_follow_kafkas_rules() {
+    use kafka_protocol::messages::alter_user_scram_credentials_request::{
+        ScramCredentialDeletion, ScramCredentialUpsertion,
+    };
+    use kafka_protocol::messages::AlterUserScramCredentialsRequest;
+    let h = Harness::empty();
+    let up = |user: &str, mechanism: i8, iterations: i32| {
+        ScramCredentialUpsertion::default()
+            .with_name(s(user))
+            .with_mechanism(mechanism)
+            .with_iterations(iterations)
+            .with_salt(Bytes::from_static(b"salt-salt-salt"))
+            .with_salted_password(Bytes::from(vec![9u8; 32]))
+    };
+    let del = |user: &str, mechanism: i8| {
+        ScramCredentialDeletion::default()
+            .with_name(s(user))
+            .with_mechanism(mechanism)
+    };
+    let codes = |r: kafka_protocol::messages::AlterUserScramCredentialsResponse| {
+        r.results
+            .iter()
+            .map(|r| (r.user.to_string(), r.error_code))
+            .collect::<Vec<_>>()
+    };
+    let resp = h
+        .controller
+        .alter_user_scram_credentials(AlterUserScramCredentialsRequest::default().with_upsertions(
+            vec![
+                up("alice", 1, 4096),
+                up("bob", 2, 100),
+                up("carol", 2, 20000),
+                up("dave", 3, 4096),
+                up("", 1, 4096),
+            ],
+        ))
+        .await;
+    assert_eq!(
+        codes(resp),
+        vec![
+            ("alice".into(), NONE),
+            ("bob".into(), UNACCEPTABLE_CREDENTIAL),
+            ("carol".into(), UNACCEPTABLE_CREDENTIAL),
+            ("dave".into(), UNSUPPORTED_SASL_MECHANISM),
+            ("".into(), UNACCEPTABLE_CREDENTIAL),
+        ]
+    );
+    let image = h.image();
+    let c = image.scram_credential("alice", 1).expect("written");
+    // StoredKey = SHA-256(HMAC(salted, "Client Key")): 32 bytes; never the salted password itself.
+    assert_eq!((c.stored_key.len(), c.server_key.len()), (32, 32));
+    assert_ne!(c.stored_key, vec![9u8; 32]);
+    assert!(image.scram_credential("bob", 2).is_none());
+
+    let resp = h
+        .controller
+        .alter_user_scram_credentials(
+            AlterUserScramCredentialsRequest::default()
+                .with_deletions(vec![del("alice", 1), del("nobody", 1)])
+                .with_upsertions(vec![up("alice", 1, 8192)]),
+        )
+        .await;
+    assert_eq!(
+        codes(resp),
+        vec![
+            ("alice".into(), DUPLICATE_RESOURCE),
+            ("nobody".into(), RESOURCE_NOT_FOUND)
+        ]
+    );
+    let resp = h
+        .controller
+        .alter_user_scram_credentials(
+            AlterUserScramCredentialsRequest::default().with_deletions(vec![del("alice", 1)]),
+        )
+        .await;
+    assert_eq!(codes(resp), vec![("alice".into(), NONE)]);
+    assert!(h.image().scram_credential("alice", 1).is_none());
+}

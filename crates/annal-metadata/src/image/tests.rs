@@ -152,3 +152,36 @@ fn broker_epochs_only_grow() {
         "registered brokers start fenced"
     );
 }
+
+#[test]
+fn scram_credentials_apply_remove_and_survive_snapshots() {
+    let mut image = MetadataImage::new("c");
+    let cred = |mechanism| {
+        MetadataRecord::UserScramCredential(UserScramCredentialRecord {
+            name: "alice".into(),
+            mechanism,
+            salt: vec![1; 16],
+            stored_key: vec![2; 32],
+            server_key: vec![3; 32],
+            iterations: 4096,
+        })
+    };
+    image.apply(1, &cred(1));
+    image.apply(2, &cred(2));
+    assert_eq!(
+        image.scram_credential("alice", 2).map(|c| c.iterations),
+        Some(4096)
+    );
+    let snap = MetadataImage::decode_snapshot(&image.encode_snapshot()).unwrap();
+    assert_eq!(snap, image);
+    let remove = MetadataRecord::RemoveUserScramCredential(RemoveUserScramCredentialRecord {
+        name: "alice".into(),
+        mechanism: 1,
+    });
+    image.apply(3, &remove);
+    assert!(image.scram_credential("alice", 1).is_none());
+    assert!(image.scram_credential("alice", 2).is_some());
+    // Removing what is not there, or an unknown mechanism, does not fit the image.
+    assert!(image.try_apply(4, &remove).is_err());
+    assert!(image.try_apply(4, &cred(3)).is_err());
+}

@@ -62,6 +62,11 @@ impl Writer {
             Some(s) => self.string(s),
         }
     }
+    /// Compact bytes (non-null).
+    pub fn bytes(&mut self, v: &[u8]) {
+        self.compact_len(v.len());
+        self.bytes.extend_from_slice(v);
+    }
     pub fn i32_array(&mut self, v: &[i32]) {
         self.compact_len(v.len());
         v.iter().for_each(|x| self.i32(*x));
@@ -192,6 +197,13 @@ impl<'a> Reader<'a> {
         let s = std::str::from_utf8(raw)
             .map_err(|e| RecordError::Malformed(format!("{what}: not UTF-8 ({e})")))?;
         Ok(Some(s.to_owned()))
+    }
+    /// Compact bytes (non-null).
+    pub fn bytes(&mut self, what: &'static str) -> Result<Vec<u8>, RecordError> {
+        let len = self.compact_len(1, what)?.ok_or_else(|| {
+            RecordError::Malformed(format!("{what}: null where bytes are required"))
+        })?;
+        Ok(self.take(len, what)?.to_vec())
     }
     pub fn string(&mut self, what: &'static str) -> Result<String, RecordError> {
         self.nullable_string(what)?.ok_or_else(|| {
