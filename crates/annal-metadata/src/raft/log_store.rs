@@ -218,8 +218,8 @@ impl LogStore {
         bytes_max: usize,
     ) -> Result<Vec<Entry>, StorageError> {
         // An empty or inverted range holds nothing (BTreeMap::range would panic on start > end). openraft asks
-        // for one in release builds when a voter's state went backwards under it (the simulator's seed 16 with
-        // a wiped disk: `annal-sim --seed 16 --seconds 60 --plant-wipe-disk`).
+        // for one in release builds when a voter's state went backwards under it: found by the simulator with a
+        // voter restarting on a wiped disk (`annal-sim --plant-wipe-disk`, docs/decisions/0011-simulation.md).
         if start >= end {
             return Ok(Vec::new());
         }
