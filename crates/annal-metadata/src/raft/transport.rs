@@ -8,7 +8,7 @@
 // openraft's network trait returns its `RPCError` (over 200 bytes); the helpers share that type.
 #![allow(clippy::result_large_err)]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,7 +84,9 @@ pub(crate) struct Network {
 }
 
 struct NetShared {
-    idle: Mutex<HashMap<String, Vec<BoxConnection>>>,
+    /// A `BTreeMap`, not a `HashMap`: when a node stops, its pooled connections close in this map's order,
+    /// which must not depend on a per-process hash seed (the simulator replays a crash exactly).
+    idle: Mutex<BTreeMap<String, Vec<BoxConnection>>>,
     connector: Arc<dyn Connector>,
     connect_timeout: Duration,
     max_rpc_bytes: usize,
@@ -101,7 +103,7 @@ impl Network {
     ) -> Network {
         Network {
             shared: Arc::new(NetShared {
-                idle: Mutex::new(HashMap::new()),
+                idle: Mutex::new(BTreeMap::new()),
                 connector,
                 connect_timeout,
                 max_rpc_bytes,
