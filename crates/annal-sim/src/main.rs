@@ -46,22 +46,39 @@ fn main() -> ExitCode {
     let (mut passed, mut failed) = (0u64, Vec::new());
     let mut simulated = Duration::ZERO;
     for seed in range {
-        let report = run_seed(seed, &options);
+        let traced = Options {
+            keep_trace: trace || twice,
+            ..options.clone()
+        };
+        let report = run_seed(seed, &traced);
         simulated += report.simulated;
         if twice {
-            let again = run_seed(seed, &options);
+            let again = run_seed(seed, &traced);
             simulated += again.simulated;
             if again.trace_hash != report.trace_hash {
+                let at = report
+                    .trace
+                    .iter()
+                    .zip(&again.trace)
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(report.trace.len().min(again.trace.len()));
                 println!(
-                    "seed {seed} NOT DETERMINISTIC: trace hashes {:016x} and {:016x}",
-                    report.trace_hash, again.trace_hash
+                    "seed {seed} NOT DETERMINISTIC: trace hashes {:016x} and {:016x}; first difference at event \
+                     {at}:\n  {:?}\n  {:?}\n  after {:?}",
+                    report.trace_hash,
+                    again.trace_hash,
+                    report.trace.get(at),
+                    again.trace.get(at),
+                    &report.trace[at.saturating_sub(8)..at]
                 );
                 failed.push(seed);
                 continue;
             }
         }
-        for (at, event) in &report.trace {
-            println!("{at:>8} ms  {event}");
+        if trace {
+            for (at, event) in &report.trace {
+                println!("{at:>8} ms  {event}");
+            }
         }
         for f in &report.findings {
             println!("seed {seed} finding: {f}");
