@@ -21,9 +21,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::net::TcpStream;
 
 use crate::controller::Controller;
+use crate::env::{Network, TokioNetwork};
 
 /// When to look, after the trigger: a dying process closes its connections and its listening socket within
 /// moments of each other but in no set order, so the first look waits a little, and later looks catch a
@@ -49,9 +49,19 @@ pub enum Reach {
     Unknown,
 }
 
-/// Connects to `host:port` once and closes at once.
+/// Connects to `host:port` once over the operating system's TCP and closes at once.
 pub async fn reach(host: &str, port: u16) -> Reach {
-    match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((host, port))).await {
+    reach_over(&TokioNetwork, host, port).await
+}
+
+/// Connects to `host:port` once over `network` and closes at once.
+pub async fn reach_over(network: &dyn Network, host: &str, port: u16) -> Reach {
+    let addr = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    match tokio::time::timeout(CONNECT_TIMEOUT, network.connect(addr)).await {
         Ok(Ok(_)) => Reach::Listening,
         Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => Reach::Refused,
         Ok(Err(_)) | Err(_) => Reach::Unknown,
@@ -59,12 +69,26 @@ pub async fn reach(host: &str, port: u16) -> Reach {
 }
 
 /// The probes in flight, by broker id.
-#[derive(Default)]
 pub struct CrashProbes {
     running: Mutex<HashSet<i32>>,
+    network: Arc<dyn Network>,
+}
+
+impl Default for CrashProbes {
+    fn default() -> Self {
+        CrashProbes::new(Arc::new(TokioNetwork))
+    }
 }
 
 impl CrashProbes {
+    /// Probes that look at endpoints over `network`.
+    pub fn new(network: Arc<dyn Network>) -> CrashProbes {
+        CrashProbes {
+            running: Mutex::new(HashSet::new()),
+            network,
+        }
+    }
+
     /// Starts a probe of broker `broker_id` (unless one runs already) that fences it through `controller` once
     /// every registered endpoint of the registration it holds now refuses connections.
     pub fn spawn(
@@ -81,13 +105,18 @@ impl CrashProbes {
         }
         let probes = self.clone();
         tokio::spawn(async move {
-            probe(&controller, broker_id, trigger).await;
+            probe(&controller, &*probes.network, broker_id, trigger).await;
             probes.running.lock().remove(&broker_id);
         });
     }
 }
 
-async fn probe(controller: &Controller, broker_id: i32, trigger: &'static str) {
+async fn probe(
+    controller: &Controller,
+    network: &dyn Network,
+    broker_id: i32,
+    trigger: &'static str,
+) {
     let Some((epoch, endpoints)) = unfenced_registration(controller, broker_id) else {
         return;
     };
@@ -102,14 +131,14 @@ async fn probe(controller: &Controller, broker_id: i32, trigger: &'static str) {
         }
         let mut all_refused = true;
         for (host, port) in &endpoints {
-            match reach(host, *port).await {
+            match reach_over(network, host, *port).await {
                 Reach::Refused => {}
                 Reach::Listening => return,
                 Reach::Unknown => all_refused = false,
             }
         }
         if all_refused {
-            match controller.fence_crashed(broker_id, epoch, std::time::Instant::now()).await {
+            match controller.fence_crashed(broker_id, epoch, crate::env::now()).await {
                 Ok(true) => tracing::info!(
                     broker = broker_id,
                     broker_epoch = epoch,

@@ -10,11 +10,15 @@
 //!   creation and placement, leader election, producer id blocks. It decides records against the image and
 //!   writes them through the quorum.
 //! - [`node`]: a running node: the quorum, the image it applies, and the controller while it leads.
+//! - [`env`]: the seams to the world (network, disk I/O, clock, election-timeout draw) that production and the
+//!   deterministic simulator (`crates/annal-sim`) both go through.
 
+pub use env::NodeEnv;
 pub use node::{MetadataNode, MetadataNodeConfig};
 
 pub mod controller;
 pub mod crash_probe;
+pub mod env;
 pub mod image;
 pub mod listener;
 pub mod node;

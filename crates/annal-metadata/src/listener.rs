@@ -18,10 +18,10 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use crate::controller;
+use crate::env::{BoxConnection, Listener};
 use crate::node::MetadataNode;
 use crate::raft::transport::{parse_request, read_frame, REQUEST_HEADER_BYTES_MIN};
 use crate::raft::{QuorumStatus, RAFT_RPC_API_KEY};
@@ -38,22 +38,25 @@ pub const METADATA_TOPIC: &str = "__cluster_metadata";
 
 const UNSUPPORTED_VERSION: i16 = 35;
 
-/// Serves the controller listener until `stop` turns true.
-pub async fn serve(
-    listener: TcpListener,
+/// Serves the controller listener until `stop` turns true. `listener` is a `tokio::net::TcpListener` in
+/// production, a simulated one in the simulator (`crate::env`).
+pub async fn serve<L: Listener>(
+    mut listener: L,
     node: Arc<MetadataNode>,
     mut stop: watch::Receiver<bool>,
 ) {
     let slots = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
     loop {
+        // Biased: stopping wins, and a simulated run does not depend on tokio's unseeded fairness draw.
         tokio::select! {
+            biased;
+            _ = stopped(&mut stop) => return,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let Ok(slot) = slots.clone().try_acquire_owned() else {
                         tracing::warn!(%peer, limit = CONNECTIONS_MAX, "controller listener is at its connection limit; closing a new connection");
                         continue;
                     };
-                    let _ = stream.set_nodelay(true);
                     let (node, stop) = (node.clone(), stop.clone());
                     tokio::spawn(async move {
                         let mut heartbeats_of = None;
@@ -75,7 +78,6 @@ pub async fn serve(
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             },
-            _ = stopped(&mut stop) => return,
         }
     }
 }
@@ -88,15 +90,16 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 /// broker whose heartbeats the connection carried, if any: when such a connection ends, the broker's process may
 /// be gone.
 async fn connection(
-    mut stream: TcpStream,
+    mut stream: BoxConnection,
     node: &MetadataNode,
     mut stop: watch::Receiver<bool>,
     heartbeats_of: &mut Option<i32>,
 ) -> Result<bool, String> {
     loop {
         let frame = tokio::select! {
-            f = tokio::time::timeout(IDLE_MAX, read_frame(&mut stream, REQUEST_HEADER_BYTES_MIN - 2, FRAME_BYTES_MAX)) => f,
+            biased;
             _ = stopped(&mut stop) => return Ok(true),
+            f = tokio::time::timeout(IDLE_MAX, read_frame(&mut stream, REQUEST_HEADER_BYTES_MIN - 2, FRAME_BYTES_MAX)) => f,
         };
         let frame = match frame {
             Err(_) => return Err("idle".into()),

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{BrokerHeartbeatResponse, BrokerRegistrationResponse};
@@ -21,6 +21,7 @@ use crate::controller::{
     self, errors, BoxFuture, Controller, ControllerConfig, MetadataWriter, WriteError,
 };
 use crate::crash_probe::CrashProbes;
+use crate::env::{self, ApplyObserver, NodeEnv};
 use crate::image::MetadataImage;
 use crate::raft::{self, Quorum, QuorumConfig, QuorumStatus, StateMachine};
 use crate::records::{decode_batch, encode_batch, MetadataRecord};
@@ -35,16 +36,24 @@ pub struct ImageStateMachine {
     /// Set when a committed entry could not be applied: the node stops applying (its image would diverge
     /// from the quorum's) and reports why.
     poisoned: Mutex<Option<String>>,
+    /// Sees every entry once the image has it (`NodeEnv::on_apply`).
+    observer: Option<ApplyObserver>,
 }
 
 impl ImageStateMachine {
     pub fn new(cluster_id: &str) -> Arc<ImageStateMachine> {
+        Self::observed(cluster_id, None)
+    }
+
+    /// A state machine that also hands every applied entry to `observer`.
+    pub fn observed(cluster_id: &str, observer: Option<ApplyObserver>) -> Arc<ImageStateMachine> {
         let image = Arc::new(MetadataImage::new(cluster_id));
         let (published, _) = watch::channel(image.clone());
         Arc::new(ImageStateMachine {
             image: Mutex::new(image),
             published,
             poisoned: Mutex::new(None),
+            observer,
         })
     }
 
@@ -81,6 +90,9 @@ impl StateMachine for ImageStateMachine {
                 let next = Arc::new(next);
                 *self.image.lock() = next.clone();
                 self.published.send_replace(next);
+                if let Some(observer) = &self.observer {
+                    observer(index, records);
+                }
             }
             Err(why) => {
                 tracing::error!(error = %why, "metadata node stopped applying the metadata log; \
@@ -163,7 +175,16 @@ pub struct MetadataNode {
 }
 
 impl MetadataNode {
+    /// Starts a node on the operating system's network and disk ([`NodeEnv::production`]).
     pub async fn start(config: MetadataNodeConfig) -> anyhow::Result<Arc<MetadataNode>> {
+        Self::start_in(config, NodeEnv::production()).await
+    }
+
+    /// Starts a node whose network, disk I/O and election timeouts come from `env` (the simulator's).
+    pub async fn start_in(
+        config: MetadataNodeConfig,
+        env: NodeEnv,
+    ) -> anyhow::Result<Arc<MetadataNode>> {
         let is_voter = config.voters.contains_key(&config.node_id);
         let node_id = u64::try_from(config.node_id)
             .map_err(|_| anyhow::anyhow!("node.id={} must not be negative", config.node_id))?;
@@ -184,7 +205,9 @@ impl MetadataNode {
         quorum_config.election_timeout_min_ms = election;
         quorum_config.election_timeout_max_ms = election * 2;
         quorum_config.heartbeat_interval_ms = (election / 4).max(10);
-        let state = ImageStateMachine::new(&config.cluster_id);
+        let network = env.network.clone();
+        let state = ImageStateMachine::observed(&config.cluster_id, env.on_apply.clone());
+        quorum_config.env = env;
         let quorum = Arc::new(
             Quorum::start(quorum_config, state.clone())
                 .await
@@ -213,7 +236,7 @@ impl MetadataNode {
             quorum,
             state,
             controller,
-            crash_probes: Arc::new(CrashProbes::default()),
+            crash_probes: Arc::new(CrashProbes::new(network)),
             stop,
         });
         if let Some(controller) = node.controller.clone() {
@@ -330,11 +353,11 @@ impl MetadataNode {
         let active = self.is_active_controller();
         match (&self.controller, api_key) {
             (Some(c), 62) if active => {
-                let response = c.handle(api_key, version, body, Instant::now()).await?;
+                let response = c.handle(api_key, version, body, env::now()).await?;
                 self.add_registered_learners();
                 Ok(response)
             }
-            (Some(c), _) if active => c.handle(api_key, version, body, Instant::now()).await,
+            (Some(c), _) if active => c.handle(api_key, version, body, env::now()).await,
             (_, 62) => encode_body(
                 api_key,
                 &BrokerRegistrationResponse::default()
@@ -352,7 +375,7 @@ impl MetadataNode {
             // Admin requests: the controller decides against its image and its write fails with
             // NOT_CONTROLLER; a node with no controller still answers through one built on the fly would be
             // wrong, so it refuses the same way.
-            (Some(c), _) => c.handle(api_key, version, body, Instant::now()).await,
+            (Some(c), _) => c.handle(api_key, version, body, env::now()).await,
             (None, _) => Err(controller::HandleError::UnsupportedApi(api_key)),
         }
     }
@@ -430,7 +453,7 @@ async fn active_controller_loop(
         let leads = *leader.borrow_and_update() == Some(node_id);
         if leads && !active {
             tracing::info!(node = node_id, "this node is now the active controller");
-            controller.on_become_active(Instant::now()).await;
+            controller.on_become_active(env::now()).await;
             // The previous controller may have died with a broker (a combined node): that broker will never
             // connect here, so look at every unfenced broker once rather than wait out fresh leases.
             let image = controller.image();
@@ -450,14 +473,17 @@ async fn active_controller_loop(
             );
         }
         active = leads;
+        // Biased (stop, then a leader change, then the tick): a simulated run must not depend on tokio's
+        // unseeded fairness draw between branches ready at once.
         tokio::select! {
+            biased;
+            _ = stopped(&mut stop) => return,
+            changed = leader.changed() => if changed.is_err() { return },
             _ = tokio::time::sleep(TICK_INTERVAL), if active => {
-                if let Err(e) = controller.tick(Instant::now()).await {
+                if let Err(e) = controller.tick(env::now()).await {
                     tracing::debug!(error = %e, "controller tick did not commit");
                 }
             }
-            changed = leader.changed() => if changed.is_err() { return },
-            _ = stopped(&mut stop) => return,
         }
     }
 }

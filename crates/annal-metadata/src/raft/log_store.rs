@@ -21,12 +21,15 @@ use parking_lot::Mutex;
 use super::entry_codec;
 use super::state_file::QuorumState;
 use super::types::{Entry, StorageError, TypeConfig};
+use crate::env::DiskIo;
 
 /// The metadata log and its small state file. Cloned into openraft (the store and its readers) and kept by
 /// [`super::Quorum`] (status, and closing the log at shutdown).
 #[derive(Clone)]
 pub(crate) struct LogStore {
     shared: Arc<Shared>,
+    /// Where appends and their fsync run (`env::DiskIo`).
+    disk_io: DiskIo,
 }
 
 struct Shared {
@@ -51,6 +54,12 @@ fn read_err(context: &str, e: impl std::fmt::Display) -> StorageError {
 }
 
 impl LogStore {
+    /// Runs appends and their fsync per `disk_io` (the blocking pool unless a simulation says inline).
+    pub fn with_disk_io(mut self, disk_io: DiskIo) -> LogStore {
+        self.disk_io = disk_io;
+        self
+    }
+
     /// Opens (or creates) the metadata log in `dir` and settles a purge that a crash interrupted.
     pub fn open(dir: &Path, max_entry_bytes: usize) -> Result<LogStore, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
@@ -72,6 +81,7 @@ impl LogStore {
                 offsets: Mutex::new(BTreeMap::new()),
                 read_bytes_max: max_entry_bytes.max(1),
             }),
+            disk_io: DiskIo::default(),
         };
         store.build_offsets().map_err(|e| e.to_string())?;
         if let Some(purged) = state.last_purged {
@@ -207,6 +217,12 @@ impl LogStore {
         end: u64,
         bytes_max: usize,
     ) -> Result<Vec<Entry>, StorageError> {
+        // An empty or inverted range holds nothing (BTreeMap::range would panic on start > end). openraft asks
+        // for one in release builds when a voter's state went backwards under it: found by the simulator with a
+        // voter restarting on a wiped disk (`annal-sim --plant-wipe-disk`, docs/decisions/0011-simulation.md).
+        if start >= end {
+            return Ok(Vec::new());
+        }
         let from = self
             .shared
             .offsets
@@ -350,7 +366,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let entries: Vec<Entry> = entries.into_iter().collect();
         let store = self.clone();
         // Appending and fsyncing block: off the runtime's worker threads.
-        let result = tokio::task::spawn_blocking(move || store.append_durably(&entries))
+        let result = self
+            .disk_io
+            .run(move || store.append_durably(&entries))
             .await
             .map_err(|e| io_err("append task", e))
             .and_then(|r| r);

@@ -30,6 +30,7 @@ use tokio::sync::watch;
 
 pub use transport::serve;
 
+use crate::env::NodeEnv;
 use log_store::LogStore;
 use snapshot::SmStore;
 use transport::{Contacts, Network, RpcRequest, RpcResponse};
@@ -75,6 +76,8 @@ pub struct QuorumConfig {
     pub snapshot_every_entries: u64,
     /// The largest raft RPC frame sent or accepted (both sides).
     pub max_rpc_bytes: usize,
+    /// Network, disk I/O and election-timeout draw ([`NodeEnv::production`] unless a simulation runs it).
+    pub env: NodeEnv,
 }
 
 impl QuorumConfig {
@@ -96,6 +99,7 @@ impl QuorumConfig {
             heartbeat_interval_ms: 500,
             snapshot_every_entries: 20_000,
             max_rpc_bytes: 8 << 20,
+            env: NodeEnv::production(),
         }
     }
 }
@@ -172,6 +176,7 @@ pub struct Quorum {
     contacts: Arc<Contacts>,
     leader_rx: watch::Receiver<Option<u64>>,
     max_rpc_bytes: usize,
+    disk_io: crate::env::DiskIo,
     leader_task: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
@@ -206,6 +211,14 @@ fn validate(config: &QuorumConfig) -> Result<(), QuorumError> {
             config.election_timeout_max_ms
         ));
     }
+    if let Some(t) = config.env.fixed_election_timeout_ms {
+        if t <= config.heartbeat_interval_ms {
+            return bad(format!(
+                "a fixed election timeout of {t} ms must exceed the heartbeat interval ({} ms)",
+                config.heartbeat_interval_ms
+            ));
+        }
+    }
     if config.max_rpc_bytes < 64 * 1024 {
         return bad(format!(
             "max_rpc_bytes {} is below the 64 KiB minimum",
@@ -229,23 +242,34 @@ impl Quorum {
         validate(&config)?;
         let dir = config.data_dir.join(METADATA_LOG_DIR);
         let max_entry_bytes = config.max_rpc_bytes / 2;
-        let (log, sm_store) = tokio::task::spawn_blocking({
-            let dir = dir.clone();
-            move || -> Result<_, String> {
-                let log = LogStore::open(&dir, max_entry_bytes)?;
-                let sm_store = SmStore::open(&dir, sm)?;
-                Ok((log, sm_store))
-            }
-        })
-        .await
-        .map_err(|e| QuorumError::Storage(e.to_string()))?
-        .map_err(QuorumError::Storage)?;
+        let disk_io = config.env.disk_io;
+        let (log, sm_store) = disk_io
+            .run({
+                let dir = dir.clone();
+                move || -> Result<_, String> {
+                    let log = LogStore::open(&dir, max_entry_bytes)?.with_disk_io(disk_io);
+                    let sm_store = SmStore::open(&dir, sm)?.with_disk_io(disk_io);
+                    Ok((log, sm_store))
+                }
+            })
+            .await
+            .map_err(QuorumError::Storage)?
+            .map_err(QuorumError::Storage)?;
+        // openraft draws each election timeout from [min, max) with `rand::thread_rng`; a one-wide range makes
+        // the draw the value the environment fixed (a simulation's seeded choice).
+        let (election_min, election_max) = match config.env.fixed_election_timeout_ms {
+            Some(t) => (t, t + 1),
+            None => (
+                config.election_timeout_min_ms,
+                config.election_timeout_max_ms,
+            ),
+        };
         let pristine = log.is_pristine() && !sm_store.has_snapshot();
 
         let raft_config = openraft::Config {
             cluster_name: "annal-metadata".into(),
-            election_timeout_min: config.election_timeout_min_ms,
-            election_timeout_max: config.election_timeout_max_ms,
+            election_timeout_min: election_min,
+            election_timeout_max: election_max,
             heartbeat_interval: config.heartbeat_interval_ms,
             install_snapshot_timeout: config.election_timeout_max_ms.max(1000),
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_every_entries),
@@ -261,7 +285,12 @@ impl Quorum {
         let contacts = Arc::new(Contacts::default());
         let connect_timeout =
             Duration::from_millis(config.election_timeout_min_ms.clamp(100, 3000));
-        let network = Network::new(connect_timeout, config.max_rpc_bytes, contacts.clone());
+        let network = Network::new(
+            config.env.network.clone(),
+            connect_timeout,
+            config.max_rpc_bytes,
+            contacts.clone(),
+        );
         let raft = Raft::new(
             config.node_id,
             Arc::new(raft_config),
@@ -312,6 +341,7 @@ impl Quorum {
             contacts,
             leader_rx,
             max_rpc_bytes: config.max_rpc_bytes,
+            disk_io,
             leader_task: parking_lot::Mutex::new(Some(leader_task)),
         })
     }
@@ -430,7 +460,7 @@ impl Quorum {
             task.abort();
         }
         let log = self.log.clone();
-        let _ = tokio::task::spawn_blocking(move || log.close()).await;
+        let _ = self.disk_io.run(move || log.close()).await;
     }
 }
 

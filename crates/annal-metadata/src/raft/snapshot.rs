@@ -19,6 +19,7 @@ use parking_lot::Mutex;
 
 use super::types::{Entry, StorageError, TypeConfig};
 use super::StateMachine;
+use crate::env::DiskIo;
 
 const MAGIC: &[u8; 8] = b"ANSNAP01";
 const SUFFIX: &str = ".checkpoint";
@@ -43,6 +44,8 @@ struct Applied {
 #[derive(Clone)]
 pub(crate) struct SmStore {
     shared: Arc<Shared>,
+    /// Where snapshot files are written and read (`env::DiskIo`).
+    disk_io: DiskIo,
 }
 
 struct Shared {
@@ -75,7 +78,14 @@ impl SmStore {
                 sm,
                 applied: Mutex::new(applied),
             }),
+            disk_io: DiskIo::default(),
         })
+    }
+
+    /// Writes and reads snapshot files per `disk_io` (the blocking pool unless a simulation says inline).
+    pub fn with_disk_io(mut self, disk_io: DiskIo) -> SmStore {
+        self.disk_io = disk_io;
+        self
     }
 
     pub fn has_snapshot(&self) -> bool {
@@ -108,7 +118,8 @@ impl RaftSnapshotBuilder<TypeConfig> for SmStore {
             // A snapshot of nothing is not worth a file: a restart starts from nothing anyway.
             let dir = self.shared.dir.clone();
             let (meta2, data2) = (meta.clone(), data.clone());
-            tokio::task::spawn_blocking(move || write_checkpoint(&dir, &meta2, &data2))
+            self.disk_io
+                .run(move || write_checkpoint(&dir, &meta2, &data2))
                 .await
                 .map_err(|e| snap_err("snapshot task", e))?
                 .map_err(|e| snap_err("write the snapshot", e))?;
@@ -174,7 +185,8 @@ impl RaftStateMachine<TypeConfig> for SmStore {
         let (meta2, data2) = (meta.clone(), data.clone());
         // Durable before the state changes: a restart then restores this snapshot, never an older one plus a
         // log that has been purged under it.
-        tokio::task::spawn_blocking(move || write_checkpoint(&dir, &meta2, &data2))
+        self.disk_io
+            .run(move || write_checkpoint(&dir, &meta2, &data2))
             .await
             .map_err(|e| snap_err("snapshot task", e))?
             .map_err(|e| snap_err("write the received snapshot", e))?;
@@ -191,8 +203,9 @@ impl RaftStateMachine<TypeConfig> for SmStore {
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
         let dir = self.shared.dir.clone();
-        let found =
-            tokio::task::spawn_blocking(move || -> Result<Option<(Meta, Vec<u8>)>, String> {
+        let found = self
+            .disk_io
+            .run(move || -> Result<Option<(Meta, Vec<u8>)>, String> {
                 match newest_checkpoint(&dir).map_err(|e| e.to_string())? {
                     Some(path) => read_checkpoint(&path).map(Some),
                     None => Ok(None),

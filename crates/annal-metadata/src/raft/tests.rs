@@ -616,6 +616,11 @@ async fn appended_entries_survive_an_unclean_stop() {
     assert_eq!(store.try_get_log_entries(0..5).await.unwrap(), entries);
     // Kafka offsets count records: entry i starts after the records of the entries before it.
     assert!(store.try_get_log_entries(2..4).await.unwrap() == entries[2..4]);
+    // Empty and inverted ranges hold nothing, and never panic.
+    assert!(store.try_get_log_entries(3..3).await.unwrap().is_empty());
+    #[allow(clippy::reversed_empty_ranges)]
+    let inverted = store.try_get_log_entries(4..2).await.unwrap();
+    assert!(inverted.is_empty());
     store.purge(entries[1].log_id).await.unwrap();
     store.truncate(entries[3].log_id).await.unwrap();
     drop(store);

@@ -8,7 +8,7 @@
 // openraft's network trait returns its `RPCError` (over 200 bytes); the helpers share that type.
 #![allow(clippy::result_large_err)]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,8 +24,9 @@ use openraft::raft::{
 use openraft::BasicNode;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+use crate::env::{BoxConnection, Listener, Network as Connector};
 
 use super::types::TypeConfig;
 use super::{Quorum, RAFT_RPC_API_KEY};
@@ -83,7 +84,10 @@ pub(crate) struct Network {
 }
 
 struct NetShared {
-    idle: Mutex<HashMap<String, Vec<TcpStream>>>,
+    /// A `BTreeMap`, not a `HashMap`: when a node stops, its pooled connections close in this map's order,
+    /// which must not depend on a per-process hash seed (the simulator replays a crash exactly).
+    idle: Mutex<BTreeMap<String, Vec<BoxConnection>>>,
+    connector: Arc<dyn Connector>,
     connect_timeout: Duration,
     max_rpc_bytes: usize,
     correlation: AtomicI32,
@@ -92,13 +96,15 @@ struct NetShared {
 
 impl Network {
     pub fn new(
+        connector: Arc<dyn Connector>,
         connect_timeout: Duration,
         max_rpc_bytes: usize,
         contacts: Arc<Contacts>,
     ) -> Network {
         Network {
             shared: Arc::new(NetShared {
-                idle: Mutex::new(HashMap::new()),
+                idle: Mutex::new(BTreeMap::new()),
+                connector,
                 connect_timeout,
                 max_rpc_bytes,
                 correlation: AtomicI32::new(0),
@@ -185,7 +191,7 @@ impl PeerClient {
             .map_err(|e| protocol_error(format!("decode the response: {e}")))
     }
 
-    async fn checkout(&self) -> Result<TcpStream, CallError> {
+    async fn checkout(&self) -> Result<BoxConnection, CallError> {
         if let Some(stream) = self
             .shared
             .idle
@@ -195,13 +201,9 @@ impl PeerClient {
         {
             return Ok(stream);
         }
-        match tokio::time::timeout(self.shared.connect_timeout, TcpStream::connect(&self.addr))
-            .await
-        {
-            Ok(Ok(stream)) => {
-                let _ = stream.set_nodelay(true);
-                Ok(stream)
-            }
+        let connect = self.shared.connector.connect(self.addr.clone());
+        match tokio::time::timeout(self.shared.connect_timeout, connect).await {
+            Ok(Ok(stream)) => Ok(stream),
             Ok(Err(e)) => Err(CallError::Unreachable(e)),
             Err(_) => Err(CallError::Unreachable(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
@@ -213,7 +215,7 @@ impl PeerClient {
         }
     }
 
-    fn checkin(&self, stream: TcpStream) {
+    fn checkin(&self, stream: BoxConnection) {
         let mut idle = self.shared.idle.lock();
         let pool = idle.entry(self.addr.clone()).or_default();
         if pool.len() < IDLE_CONNECTIONS_PER_PEER_MAX {
@@ -301,8 +303,8 @@ pub(crate) fn encode_request_frame(correlation_id: i32, body: &[u8]) -> Vec<u8> 
     frame
 }
 
-pub(crate) async fn read_frame(
-    stream: &mut TcpStream,
+pub(crate) async fn read_frame<S: AsyncRead + Unpin + ?Sized>(
+    stream: &mut S,
     min: usize,
     max: usize,
 ) -> std::io::Result<Vec<u8>> {
@@ -329,8 +331,8 @@ pub(crate) async fn read_frame(
     Ok(frame)
 }
 
-async fn read_response(
-    stream: &mut TcpStream,
+async fn read_response<S: AsyncRead + Unpin + ?Sized>(
+    stream: &mut S,
     correlation_id: i32,
     max: usize,
 ) -> std::io::Result<Vec<u8>> {
@@ -398,8 +400,8 @@ fn read_uvarint(bytes: &[u8]) -> Option<(u32, usize)> {
 /// Serves raft RPCs on `listener` until `stop` turns true (or its sender is dropped). For tests and for a
 /// controller-only node; a broker routes [`RAFT_RPC_API_KEY`] on its CONTROLLER listener to
 /// [`Quorum::handle_rpc`] instead.
-pub async fn serve(
-    listener: TcpListener,
+pub async fn serve<L: Listener>(
+    mut listener: L,
     quorum: Arc<Quorum>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -408,14 +410,17 @@ pub async fn serve(
         if *stop.borrow() {
             return;
         }
+        // Biased: the same branch wins every time two are ready, so a simulated run does not depend on
+        // tokio's unseeded fairness draw; stopping comes first.
         tokio::select! {
+            biased;
+            changed = stop.changed() => if changed.is_err() { return },
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let Ok(slot) = slots.clone().try_acquire_owned() else {
                         tracing::warn!(%peer, "too many raft connections; closing this one");
                         continue;
                     };
-                    let _ = stream.set_nodelay(true);
                     let (quorum, stop) = (quorum.clone(), stop.clone());
                     tokio::spawn(async move {
                         serve_connection(stream, quorum, stop).await;
@@ -427,21 +432,21 @@ pub async fn serve(
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
-            changed = stop.changed() => if changed.is_err() { return },
         }
     }
 }
 
 async fn serve_connection(
-    mut stream: TcpStream,
+    mut stream: BoxConnection,
     quorum: Arc<Quorum>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let max = quorum.max_rpc_bytes();
     loop {
         let frame = tokio::select! {
-            frame = read_frame(&mut stream, REQUEST_HEADER_BYTES_MIN, max) => frame,
+            biased;
             _ = stop.changed() => return,
+            frame = read_frame(&mut stream, REQUEST_HEADER_BYTES_MIN, max) => frame,
         };
         let frame = match frame {
             Ok(f) => f,

@@ -1,0 +1,140 @@
+//! The faults of a run, all chosen up front from the seed: what, to whom, when and for how long.
+
+use std::fmt;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::Rng;
+
+/// One fault, applied at its start and undone at its end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// Voter `n` is cut off from every other host (the other voters and the client).
+    Isolate(i32),
+    /// Symmetric partition of voter `n` from the other voters only; the client still reaches it.
+    Split(i32),
+    /// Asymmetric partition: nothing from `from` reaches `to`, the other direction works.
+    OneWay { from: i32, to: i32 },
+    /// The link between two voters holds every message until the fault ends (then delivers them late).
+    Hold(i32, i32),
+    /// The link between two voters drops messages at random (breaking the TCP connection each time).
+    Lossy(i32, i32),
+    /// The link between two voters is slow: latency up to `ms` per message.
+    Slow(i32, i32, u64),
+    /// Voter `n`'s process dies (everything not on disk is lost) and restarts at the fault's end.
+    Crash(i32),
+    /// Voter `n`'s monotonic clock jumps `ms` forward at once (timers due in between fire together).
+    ClockJump(i32, u64),
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fault::Isolate(n) => write!(f, "isolate n{n}"),
+            Fault::Split(n) => write!(f, "split n{n} from the voters"),
+            Fault::OneWay { from, to } => write!(f, "one-way partition n{from} -> n{to}"),
+            Fault::Hold(a, b) => write!(f, "hold n{a} <-> n{b}"),
+            Fault::Lossy(a, b) => write!(f, "lossy n{a} <-> n{b}"),
+            Fault::Slow(a, b, ms) => write!(f, "slow n{a} <-> n{b} up to {ms} ms"),
+            Fault::Crash(n) => write!(f, "crash n{n}"),
+            Fault::ClockJump(n, ms) => write!(f, "clock of n{n} jumps {ms} ms"),
+        }
+    }
+}
+
+/// A fault and when it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scheduled {
+    pub fault: Fault,
+    pub start: Duration,
+    pub end: Duration,
+}
+
+/// Faults one after another from `first` until `until`, with quiet gaps between them. They overlap only in two
+/// patterns, on different voters so that undoing one never undoes another: half of the crashes of a voter come
+/// with another voter cut off from the middle of the crash until after the restart, and one fault in eight is
+/// the relay (below), where the voters that make a majority change while one of them is down.
+pub fn schedule(rng: &mut StdRng, voters: i32, first: Duration, until: Duration) -> Vec<Scheduled> {
+    let mut out = Vec::new();
+    let mut at = first;
+    loop {
+        let length = Duration::from_millis(rng.gen_range(300..4_000));
+        if at + length > until {
+            return out;
+        }
+        let n = rng.gen_range(1..=voters);
+        let other = {
+            let o = rng.gen_range(1..voters);
+            if o >= n {
+                o + 1
+            } else {
+                o
+            }
+        };
+        let third = (1..=voters).find(|v| *v != n && *v != other).unwrap_or(n);
+        if voters >= 3 && rng.gen_ratio(1, 8) {
+            // The relay: `third` falls behind (cut off), `n` crashes, then `third` comes back while `other`,
+            // the one voter still up to date, is cut off, and `n` restarts. Raft must elect a voter whose log
+            // holds everything committed: `n` (restarted from its disk), not `third`.
+            let lag = Duration::from_millis(rng.gen_range(1_000..3_000));
+            let down = Duration::from_millis(rng.gen_range(500..2_000));
+            let cut = Duration::from_millis(rng.gen_range(3_000..6_000));
+            let relay = [
+                Scheduled {
+                    fault: Fault::Isolate(third),
+                    start: at,
+                    end: at + lag,
+                },
+                Scheduled {
+                    fault: Fault::Crash(n),
+                    start: at + lag / 2,
+                    end: at + lag + down,
+                },
+                Scheduled {
+                    fault: Fault::Isolate(other),
+                    start: at + lag,
+                    end: at + lag + cut,
+                },
+            ];
+            let end = at + lag + cut;
+            if end > until {
+                return out;
+            }
+            out.extend(relay);
+            at = end + Duration::from_millis(rng.gen_range(100..2_000));
+            continue;
+        }
+        let fault = match rng.gen_range(0..8) {
+            0 => Fault::Isolate(n),
+            1 => Fault::Split(n),
+            2 => Fault::OneWay { from: n, to: other },
+            3 => Fault::Hold(n, other),
+            4 => Fault::Lossy(n, other),
+            5 => Fault::Slow(n, other, rng.gen_range(50..500)),
+            6 => Fault::Crash(n),
+            _ => Fault::ClockJump(n, rng.gen_range(500..5_000)),
+        };
+        let crashed = matches!(fault, Fault::Crash(_));
+        out.push(Scheduled {
+            fault,
+            start: at,
+            end: at + length,
+        });
+        let mut end = at + length;
+        if crashed && rng.gen_bool(0.5) {
+            // A second voter is cut off while the first is down and stays cut off a while after it restarts:
+            // the restarted voter and the third one must then make a majority on their own.
+            let cut = Scheduled {
+                fault: Fault::Isolate(other),
+                start: at + length / 2,
+                end: at + length + Duration::from_millis(rng.gen_range(200..3_000)),
+            };
+            end = cut.end;
+            if end > until {
+                return out;
+            }
+            out.push(cut);
+        }
+        at = end + Duration::from_millis(rng.gen_range(100..2_000));
+    }
+}

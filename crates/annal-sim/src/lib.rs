@@ -1,0 +1,700 @@
+//! Deterministic simulation of Annal's cluster (docs/decisions/0011-simulation.md, issue 11).
+//!
+//! One seed runs, in one process and one thread, three metadata voters (the real `MetadataNode`: openraft, the
+//! metadata log on disk, the image, the `Controller`, the CONTROLLER listener) on turmoil's simulated network
+//! and clock, plus a client that plays three brokers (registration and heartbeats over the wire) and creates
+//! topics through the active controller. Faults come from the seed ([`faults`]): delayed, held and dropped
+//! messages, symmetric and asymmetric partitions, a node cut off, process crash and restart, clock jumps.
+//! Invariants ([`history`]) are checked as events arrive and after healing; the trace's hash is the run's
+//! fingerprint, equal for equal seeds.
+//!
+//! Running it:
+//! - `cargo test -p annal-sim` runs a small budget of seeds (`SIM_SEEDS=n` for more, `SIM_SEED=s` for one).
+//! - `cargo run --release -p annal-sim -- --seeds 1000` runs many; `--seed S --trace` replays one and prints
+//!   its trace.
+
+pub mod client;
+pub mod faults;
+pub mod history;
+pub mod net;
+mod panic_recorder;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use annal_metadata::controller::ControllerConfig;
+use annal_metadata::env::{DiskIo, NodeEnv};
+use annal_metadata::{listener, MetadataNode, MetadataNodeConfig};
+use kafka_protocol::messages::broker_registration_request::{Feature, Listener as BrokerListener};
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::{
+    ApiKey, BrokerHeartbeatRequest, BrokerHeartbeatResponse, BrokerId, BrokerRegistrationRequest,
+    BrokerRegistrationResponse, CreateTopicsRequest, CreateTopicsResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use parking_lot::Mutex;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use client::{ControllerChannel, NOT_CONTROLLER};
+use faults::{Fault, Scheduled};
+use history::History;
+use net::{SimListener, SimNetwork};
+
+const VOTERS: i32 = 3;
+const CONTROLLER_PORT: u16 = 9093;
+const BROKER_PORT: u16 = 9092;
+const CLUSTER_ID: &str = "annal-sim-cluster";
+/// controller.quorum.election.timeout.ms; each boot of a voter draws its fixed timeout from [t, 2t).
+const ELECTION_TIMEOUT_MS: u64 = 1000;
+/// How often a voter looks whether it leads (the leader-per-term check samples at this rate).
+const LEADER_SAMPLE: Duration = Duration::from_millis(10);
+/// After the faults end and everything is healed, the cluster has this long to take a write and apply it
+/// everywhere.
+const CONVERGENCE_MAX: Duration = Duration::from_secs(40);
+
+/// A fault outside what Raft promises to survive, planted to show that the checks catch what it breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Planted {
+    #[default]
+    Nothing,
+    /// A crashed voter restarts without its `quorum-state` file: it forgets its vote (as if the vote were
+    /// never fsynced) and may vote twice in one term.
+    ForgetVoteOnCrash,
+    /// A crashed voter restarts with an empty data directory: it forgets its vote and its log, and a majority
+    /// that includes it may elect a leader that lacks committed entries.
+    WipeDiskOnCrash,
+}
+
+/// What one run does.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Simulated time with faults; healing and the convergence check follow.
+    pub fault_phase: Duration,
+    /// Keep the whole trace in the report (it is always hashed).
+    pub keep_trace: bool,
+    /// A planted fault (tests of the checks only).
+    pub planted: Planted,
+    /// Two leaders in one term fail the run instead of being a finding ([`history::History::strict_terms`]).
+    pub strict_terms: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            fault_phase: Duration::from_secs(30),
+            keep_trace: false,
+            planted: Planted::Nothing,
+            strict_terms: std::env::var("SIM_STRICT_TERMS").is_ok_and(|v| v == "1"),
+        }
+    }
+}
+
+/// How a run went.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub seed: u64,
+    /// FNV-1a over every traced event: the run's fingerprint.
+    pub trace_hash: u64,
+    pub events: usize,
+    pub faults: Vec<Scheduled>,
+    pub acked_topics: usize,
+    pub acked_registrations: usize,
+    pub committed_entries: usize,
+    /// The highest term any voter led.
+    pub max_term: u64,
+    /// Simulated time the run took.
+    pub simulated: Duration,
+    /// Wall-clock time the run took.
+    pub wall: Duration,
+    pub violations: Vec<String>,
+    /// Known divergences seen (reported, not failures).
+    pub findings: Vec<String>,
+    /// What the run was asked to do (for the replay command).
+    pub options: Options,
+    /// The trace, when [`Options::keep_trace`] asked for it.
+    pub trace: Vec<(u64, String)>,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+
+    /// The commands that replay this seed with the same options, printing its trace.
+    pub fn replay_commands(&self) -> String {
+        let seconds = self.options.fault_phase.as_secs();
+        let strict = self.options.strict_terms;
+        let (env_strict, flag_strict) = if strict {
+            ("SIM_STRICT_TERMS=1 ", " --strict-terms")
+        } else {
+            ("", "")
+        };
+        let flag_planted = match self.options.planted {
+            Planted::Nothing => "",
+            Planted::ForgetVoteOnCrash => " --plant-forget-vote",
+            Planted::WipeDiskOnCrash => " --plant-wipe-disk",
+        };
+        let test = if self.options.planted == Planted::Nothing {
+            format!(
+                "{env_strict}SIM_SEED={seed} SIM_SECONDS={seconds} cargo test --release -p annal-sim --test seeds -- --nocapture\n  or ",
+                seed = self.seed
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "{test}cargo run --release -p annal-sim -- --seed {seed} --seconds {seconds}{flag_strict}{flag_planted} --trace",
+            seed = self.seed
+        )
+    }
+}
+
+/// What the hosts and the driver share. The simulation runs on one thread; the mutexes only satisfy the
+/// `Send + Sync` the production seams ask for.
+struct Shared {
+    seed: u64,
+    dir: PathBuf,
+    history: Arc<Mutex<History>>,
+    /// Draws each voter boot's election timeout, in boot order (deterministic: one thread, seeded).
+    boots: Mutex<StdRng>,
+    /// Clock jumps waiting for a voter to take them.
+    clock_jumps: Mutex<BTreeMap<i32, u64>>,
+    healed: AtomicBool,
+    final_acked: AtomicBool,
+}
+
+/// Moves tokio's process-wide task-id counter to the next multiple of 64. A current-thread runtime keeps its
+/// tasks in lists sharded by task id, and drops them shard by shard when it shuts down, which is what a
+/// simulated crash does: the order in which a crashed host's connections close (and so the order of the
+/// segments turmoil delivers) follows the ids. The ids a run hands out depend on how many tasks the process
+/// spawned before it, so without this a seed run after other seeds in one process could differ from the same
+/// seed run first (found by `annal-sim --twice` over 60 seeds). Runs also never overlap (`run_seed`'s lock):
+/// two simulations on two threads would interleave ids.
+fn align_task_ids() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a tokio runtime to align task ids");
+    for _ in 0..64 {
+        let task = runtime.spawn(async {});
+        let id: u64 = task.id().to_string().parse().unwrap_or(0);
+        let _ = runtime.block_on(task);
+        if (id + 1) & 63 == 0 {
+            return;
+        }
+    }
+}
+
+/// Where the voters' data directories go: `SIM_DATA_DIR`, else a RAM disk when there is one (the fsyncs of
+/// the metadata log cost no wall time there, and a simulated crash never loses the page cache anyway), else
+/// the system's temporary directory.
+fn data_root() -> PathBuf {
+    if let Some(dir) = std::env::var_os("SIM_DATA_DIR") {
+        return PathBuf::from(dir);
+    }
+    let shm = PathBuf::from("/dev/shm");
+    let writable = std::fs::metadata(&shm).is_ok_and(|m| m.is_dir() && !m.permissions().readonly());
+    if writable {
+        shm
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+fn now_ms() -> u64 {
+    turmoil::sim_elapsed().map_or(0, |d| d.as_millis() as u64)
+}
+
+fn host(n: i32) -> String {
+    format!("c{n}")
+}
+
+fn voter_addrs() -> Vec<String> {
+    (1..=VOTERS)
+        .map(|n| format!("{}:{CONTROLLER_PORT}", host(n)))
+        .collect()
+}
+
+/// Runs one seed to the end and checks it.
+pub fn run_seed(seed: u64, options: &Options) -> Report {
+    // One simulation at a time per process, each starting from the same tokio task-id residue: see
+    // `align_task_ids`.
+    static ONE_AT_A_TIME: Mutex<()> = parking_lot::const_mutex(());
+    let _one = ONE_AT_A_TIME.lock();
+    align_task_ids();
+    let _recording = panic_recorder::Recording::start();
+    let wall = Instant::now();
+    let dir = tempfile::Builder::new()
+        .prefix("annal-sim-")
+        .tempdir_in(data_root())
+        .expect("a temporary directory for the simulated nodes' data");
+    // Separate streams for the fault schedule, the voters' boots and the network, so that a seed's first
+    // seconds do not depend on how long its fault phase is.
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x00ff_ab1e);
+    let fault_start = Duration::from_secs(3);
+    let schedule = faults::schedule(
+        &mut StdRng::seed_from_u64(seed),
+        VOTERS,
+        fault_start,
+        options.fault_phase,
+    );
+    let shared = Arc::new(Shared {
+        seed,
+        dir: dir.path().to_path_buf(),
+        history: Arc::new(Mutex::new(
+            History::new().strict_terms(options.strict_terms),
+        )),
+        boots: Mutex::new(StdRng::seed_from_u64(seed ^ 0xb007)),
+        clock_jumps: Mutex::new(BTreeMap::new()),
+        healed: AtomicBool::new(false),
+        final_acked: AtomicBool::new(false),
+    });
+    let base_latency = rng.gen_range(1..10);
+    let total = options.fault_phase + CONVERGENCE_MAX + Duration::from_secs(10);
+    let mut sim = turmoil::Builder::new()
+        .rng_seed(seed)
+        .simulation_duration(total)
+        .tick_duration(Duration::from_millis(1))
+        .min_message_latency(Duration::from_millis(1))
+        .max_message_latency(Duration::from_millis(base_latency))
+        .build();
+    for n in 1..=VOTERS {
+        let shared = shared.clone();
+        sim.host(host(n), move || voter(shared.clone(), n));
+    }
+    sim.client("client", workload(shared.clone()));
+    shared.history.lock().event(
+        0,
+        format!(
+            "seed {seed} latency 1-{base_latency} ms, {} faults",
+            schedule.len()
+        ),
+    );
+
+    let mut pending: Vec<&Scheduled> = schedule.iter().collect();
+    let mut active: Vec<&Scheduled> = Vec::new();
+    let mut client_done = false;
+    let mut done_at = None;
+    loop {
+        let elapsed = sim.elapsed();
+        for s in active.iter().filter(|s| elapsed >= s.end) {
+            undo(&mut sim, &shared, &s.fault);
+        }
+        active.retain(|s| elapsed < s.end);
+        while pending.first().is_some_and(|s| elapsed >= s.start) {
+            let s = pending.remove(0);
+            apply(&mut sim, &shared, &s.fault);
+            if let Fault::Crash(n) = s.fault {
+                plant(&shared, options.planted, n, now_ms_of(&sim));
+            }
+            active.push(s);
+        }
+        if elapsed >= options.fault_phase && !shared.healed.load(Ordering::Relaxed) {
+            heal(&mut sim, &shared);
+        }
+        if !shared.history.lock().violations.is_empty() {
+            break;
+        }
+        let step = sim.step();
+        let panics = panic_recorder::take();
+        if !panics.is_empty() {
+            let at = now_ms_of(&sim);
+            let mut history = shared.history.lock();
+            for p in panics {
+                history.panicked(at, p);
+            }
+            break;
+        }
+        match step {
+            Ok(finished) => client_done |= finished,
+            Err(e) => {
+                let at = now_ms_of(&sim);
+                shared
+                    .history
+                    .lock()
+                    .not_converged(at, format!("a host failed: {e}"));
+                break;
+            }
+        }
+        if client_done {
+            if !shared.final_acked.load(Ordering::Relaxed) {
+                let at = now_ms_of(&sim);
+                shared.history.lock().not_converged(
+                    at,
+                    format!("no write was acknowledged within {CONVERGENCE_MAX:?} of healing"),
+                );
+                break;
+            }
+            // The acknowledged write must reach every voter's image.
+            let done = done_at.get_or_insert(sim.elapsed());
+            let history = shared.history.lock();
+            let last = history.committed.keys().next_back().copied();
+            let everywhere = (1..=VOTERS).all(|n| {
+                history
+                    .applied
+                    .get(&n)
+                    .and_then(|s| s.last())
+                    .map(|a| a.index)
+                    == last
+            });
+            drop(history);
+            if everywhere {
+                break;
+            }
+            if sim.elapsed() > *done + Duration::from_secs(10) {
+                let at = now_ms_of(&sim);
+                shared
+                    .history
+                    .lock()
+                    .not_converged(at, "a voter did not apply every committed entry".into());
+                break;
+            }
+        }
+    }
+    let at = now_ms_of(&sim);
+    let simulated = sim.elapsed();
+    drop(sim);
+    let mut history = shared.history.lock();
+    if history.violations.is_empty() {
+        let voters: Vec<i32> = (1..=VOTERS).collect();
+        history.check_after_healing(at, &voters);
+    }
+    Report {
+        seed,
+        trace_hash: history.trace_hash(),
+        events: history.trace.len(),
+        faults: schedule.clone(),
+        acked_topics: history.acked_topics.len(),
+        acked_registrations: history.acked_registrations.len(),
+        committed_entries: history.committed.len(),
+        max_term: history.leaders.keys().next_back().copied().unwrap_or(0),
+        simulated,
+        wall: wall.elapsed(),
+        violations: history.violations.clone(),
+        findings: history.findings.clone(),
+        options: Options {
+            keep_trace: false,
+            ..options.clone()
+        },
+        trace: if options.keep_trace {
+            history.trace.clone()
+        } else {
+            Vec::new()
+        },
+    }
+}
+
+/// What a planted fault does to voter `n`'s disk right after its crash.
+fn plant(shared: &Shared, planted: Planted, n: i32, at: u64) {
+    let data = shared.dir.join(host(n));
+    let removed = match planted {
+        Planted::Nothing => return,
+        Planted::ForgetVoteOnCrash => std::fs::remove_file(
+            data.join(annal_metadata::raft::METADATA_LOG_DIR)
+                .join("quorum-state"),
+        ),
+        Planted::WipeDiskOnCrash => std::fs::remove_dir_all(&data),
+    };
+    let what = match removed {
+        Ok(()) => format!("planted: {planted:?} on n{n}"),
+        Err(e) => format!("planted: {planted:?} on n{n} found nothing to remove ({e})"),
+    };
+    shared.history.lock().event(at, what);
+}
+
+fn now_ms_of(sim: &turmoil::Sim<'_>) -> u64 {
+    sim.elapsed().as_millis() as u64
+}
+
+fn others(n: i32) -> impl Iterator<Item = i32> {
+    (1..=VOTERS).filter(move |o| *o != n)
+}
+
+fn apply(sim: &mut turmoil::Sim<'_>, shared: &Shared, fault: &Fault) {
+    shared
+        .history
+        .lock()
+        .event(now_ms_of(sim), format!("fault: {fault}"));
+    match fault {
+        Fault::Isolate(n) => {
+            for o in others(*n) {
+                sim.partition(host(*n), host(o));
+            }
+            sim.partition(host(*n), "client");
+        }
+        Fault::Split(n) => {
+            for o in others(*n) {
+                sim.partition(host(*n), host(o));
+            }
+        }
+        Fault::OneWay { from, to } => sim.partition_oneway(host(*from), host(*to)),
+        Fault::Hold(a, b) => sim.hold(host(*a), host(*b)),
+        Fault::Lossy(a, b) => sim.set_link_fail_rate(host(*a), host(*b), 0.05),
+        Fault::Slow(a, b, ms) => {
+            sim.set_link_max_message_latency(host(*a), host(*b), Duration::from_millis(*ms))
+        }
+        Fault::Crash(n) => sim.crash(host(*n)),
+        Fault::ClockJump(n, ms) => {
+            shared.clock_jumps.lock().insert(*n, *ms);
+        }
+    }
+}
+
+fn undo(sim: &mut turmoil::Sim<'_>, shared: &Shared, fault: &Fault) {
+    shared
+        .history
+        .lock()
+        .event(now_ms_of(sim), format!("end: {fault}"));
+    match fault {
+        Fault::Isolate(n) => {
+            for o in others(*n) {
+                sim.repair(host(*n), host(o));
+            }
+            sim.repair(host(*n), "client");
+        }
+        Fault::Split(n) => {
+            for o in others(*n) {
+                sim.repair(host(*n), host(o));
+            }
+        }
+        Fault::OneWay { from, to } => sim.repair_oneway(host(*from), host(*to)),
+        Fault::Hold(a, b) => sim.release(host(*a), host(*b)),
+        Fault::Lossy(a, b) => {
+            sim.set_link_fail_rate(host(*a), host(*b), 0.0);
+            sim.repair(host(*a), host(*b));
+        }
+        Fault::Slow(a, b, _) => {
+            sim.set_link_max_message_latency(host(*a), host(*b), Duration::from_millis(10))
+        }
+        Fault::Crash(n) => sim.bounce(host(*n)),
+        Fault::ClockJump(..) => {}
+    }
+}
+
+/// Ends every fault: links repaired and released, crashed voters restarted.
+fn heal(sim: &mut turmoil::Sim<'_>, shared: &Shared) {
+    for a in 1..=VOTERS {
+        for b in others(a) {
+            sim.repair(host(a), host(b));
+            sim.release(host(a), host(b));
+            sim.set_link_fail_rate(host(a), host(b), 0.0);
+        }
+        sim.repair(host(a), "client");
+        if !sim.is_host_running(host(a)) {
+            sim.bounce(host(a));
+        }
+    }
+    shared.healed.store(true, Ordering::Relaxed);
+    shared.history.lock().event(now_ms_of(sim), "healed".into());
+}
+
+/// One voter's process: the real metadata node and CONTROLLER listener on simulated TCP, its data directory
+/// on the real disk (it survives a crash).
+async fn voter(shared: Arc<Shared>, n: i32) -> turmoil::Result {
+    let election = shared
+        .boots
+        .lock()
+        .gen_range(ELECTION_TIMEOUT_MS..2 * ELECTION_TIMEOUT_MS);
+    {
+        let mut history = shared.history.lock();
+        history.node_started(now_ms(), n);
+        history.event(now_ms(), format!("n{n} election timeout {election} ms"));
+    }
+    let observer = {
+        let history = shared.history.clone();
+        Arc::new(move |index: u64, records: &[Vec<u8>]| {
+            history.lock().node_applied(now_ms(), n, index, records)
+        })
+    };
+    let env = NodeEnv {
+        network: Arc::new(SimNetwork),
+        disk_io: DiskIo::Inline,
+        fixed_election_timeout_ms: Some(election),
+        on_apply: Some(observer),
+    };
+    let config = MetadataNodeConfig {
+        node_id: n,
+        cluster_id: CLUSTER_ID.into(),
+        voters: (1..=VOTERS).zip(voter_addrs()).collect(),
+        advertised_addr: format!("{}:{CONTROLLER_PORT}", host(n)),
+        data_dir: shared.dir.join(host(n)),
+        election_timeout_ms: ELECTION_TIMEOUT_MS,
+        controller: ControllerConfig {
+            seed: shared.seed ^ n as u64,
+            local_node_id: Some(n),
+            ..ControllerConfig::default()
+        },
+    };
+    let listener = turmoil::net::TcpListener::bind(("0.0.0.0", CONTROLLER_PORT)).await?;
+    // The broker listener of this combined node: accepted and closed (crash probes only look whether
+    // something listens; it vanishes with the process).
+    let broker_listener = turmoil::net::TcpListener::bind(("0.0.0.0", BROKER_PORT)).await?;
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = broker_listener.accept().await {
+            drop(stream);
+        }
+    });
+    let node = MetadataNode::start_in(config, env)
+        .await
+        .map_err(|e| format!("n{n} did not start: {e:#}"))?;
+    tokio::spawn({
+        let (node, shared) = (node.clone(), shared.clone());
+        async move {
+            loop {
+                tokio::time::sleep(LEADER_SAMPLE).await;
+                if node.is_active_controller() {
+                    let term = node.quorum_status().term;
+                    shared.history.lock().node_leads(now_ms(), n, term);
+                }
+                let jump = shared.clock_jumps.lock().remove(&n);
+                if let Some(ms) = jump {
+                    tokio::time::advance(Duration::from_millis(ms)).await;
+                }
+            }
+        }
+    });
+    let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+    listener::serve(SimListener(listener), node, stop_rx).await;
+    Ok(())
+}
+
+/// The client: three brokers' registration and heartbeats, and topic creations during the faults; after
+/// healing, one more creation that must be acknowledged.
+async fn workload(shared: Arc<Shared>) -> turmoil::Result {
+    for b in 1..=VOTERS {
+        tokio::spawn(broker(shared.clone(), b));
+    }
+    let mut rng = StdRng::seed_from_u64(shared.seed ^ 0x00c1_1e47);
+    let mut channel = ControllerChannel::new(voter_addrs(), 0);
+    let mut n = 0;
+    while !shared.healed.load(Ordering::Relaxed) {
+        create_topic(&shared, &mut channel, &format!("t{n}")).await;
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(20..300))).await;
+    }
+    let deadline = tokio::time::Instant::now() + CONVERGENCE_MAX;
+    let mut attempt = 0;
+    while tokio::time::Instant::now() < deadline {
+        if create_topic(&shared, &mut channel, &format!("final-{attempt}")).await {
+            shared.final_acked.store(true, Ordering::Relaxed);
+            return Ok(());
+        }
+        attempt += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// Creates one topic through the controller; true if it acknowledged.
+async fn create_topic(shared: &Shared, channel: &mut ControllerChannel, name: &str) -> bool {
+    let request = CreateTopicsRequest::default()
+        .with_topics(vec![CreatableTopic::default()
+            .with_name(TopicName(StrBytes::from_string(name.to_string())))
+            .with_num_partitions(1)
+            .with_replication_factor(1)])
+        .with_timeout_ms(1000);
+    let voter = channel.voter().to_string();
+    let outcome = channel
+        .send::<_, CreateTopicsResponse>(ApiKey::CreateTopics, 5, &request)
+        .await;
+    let code = match &outcome {
+        Ok(r) => r.topics.first().map_or(-1, |t| t.error_code),
+        Err(_) => -1,
+    };
+    let mut history = shared.history.lock();
+    match outcome {
+        Ok(_) if code == 0 => {
+            history.topic_acked(now_ms(), name);
+            return true;
+        }
+        Ok(_) => history.event(now_ms(), format!("create {name} at {voter}: error {code}")),
+        Err(e) => history.event(now_ms(), format!("create {name} at {voter}: {}", e.0)),
+    }
+    drop(history);
+    if code == NOT_CONTROLLER || code == -1 {
+        channel.next_voter();
+    }
+    false
+}
+
+/// Broker `b` of a combined node: registers, then heartbeats with the metadata offset its node applied, and
+/// registers again when the controller no longer knows its epoch.
+async fn broker(shared: Arc<Shared>, b: i32) {
+    let mut channel = ControllerChannel::new(voter_addrs(), b as usize);
+    let incarnation = uuid::Uuid::from_u64_pair(shared.seed, b as u64);
+    let mut epoch: Option<i64> = None;
+    loop {
+        match epoch {
+            None => {
+                let request = BrokerRegistrationRequest::default()
+                    .with_broker_id(BrokerId(b))
+                    .with_cluster_id(StrBytes::from_static_str(CLUSTER_ID))
+                    .with_incarnation_id(incarnation)
+                    .with_listeners(vec![BrokerListener::default()
+                        .with_name(StrBytes::from_static_str("PLAINTEXT"))
+                        .with_host(StrBytes::from_string(host(b)))
+                        .with_port(BROKER_PORT)
+                        .with_security_protocol(0)])
+                    .with_features(vec![Feature::default()
+                        .with_name(StrBytes::from_static_str("metadata.version"))
+                        .with_min_supported_version(1)
+                        .with_max_supported_version(1)])
+                    .with_previous_broker_epoch(-1);
+                let response = channel
+                    .send::<_, BrokerRegistrationResponse>(ApiKey::BrokerRegistration, 3, &request)
+                    .await;
+                match response {
+                    Ok(r) if r.error_code == 0 => {
+                        shared
+                            .history
+                            .lock()
+                            .registration_acked(now_ms(), b, r.broker_epoch);
+                        epoch = Some(r.broker_epoch);
+                    }
+                    Ok(r) => {
+                        if r.error_code == NOT_CONTROLLER {
+                            channel.next_voter();
+                        }
+                    }
+                    Err(_) => channel.next_voter(),
+                }
+            }
+            Some(e) => {
+                let offset = shared
+                    .history
+                    .lock()
+                    .applied
+                    .get(&b)
+                    .and_then(|s| s.last())
+                    .map_or(-1, |a| a.index as i64);
+                let request = BrokerHeartbeatRequest::default()
+                    .with_broker_id(BrokerId(b))
+                    .with_broker_epoch(e)
+                    .with_current_metadata_offset(offset);
+                let response = channel
+                    .send::<_, BrokerHeartbeatResponse>(ApiKey::BrokerHeartbeat, 1, &request)
+                    .await;
+                match response {
+                    Ok(r) if r.error_code == 0 => {}
+                    Ok(r) if r.error_code == NOT_CONTROLLER => channel.next_voter(),
+                    Ok(r) => {
+                        shared.history.lock().event(
+                            now_ms(),
+                            format!(
+                                "b{b} heartbeat at epoch {e}: error {}; registering again",
+                                r.error_code
+                            ),
+                        );
+                        epoch = None;
+                    }
+                    Err(_) => channel.next_voter(),
+                }
+            }
+        }
+        let pause = if epoch.is_some() { 1000 } else { 200 };
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+    }
+}
