@@ -479,3 +479,95 @@ pub fn parse_headers(mut bytes: &[u8]) -> Option<Vec<(String, Option<Vec<u8>>)>>
     }
     Some(out)
 }
+
+/// Checks the file at `index_path` (see [`inspect_file`]) and then against the segment `log_path`: the header
+/// must describe the log as it is (size, offsets), and the entries must be exactly the keyed records of the log
+/// (rebuilt here from the log, every codec, batches decompressing to at most `limit` bytes). For
+/// `annal dump-log`; the broker never needs it (it rebuilds a file that fails the cheap checks).
+pub fn verify_against_log(
+    index_path: &Path,
+    log_path: &Path,
+    limit: usize,
+) -> Result<KeyIndexSummary, String> {
+    let summary = inspect_file(index_path)?;
+    let log =
+        File::open(log_path).map_err(|e| format!("cannot open {}: {e}", log_path.display()))?;
+    let log_bytes = log
+        .metadata()
+        .map_err(|e| format!("cannot stat {}: {e}", log_path.display()))?
+        .len();
+    if log_bytes != summary.log_bytes {
+        return Err(format!(
+            "written for {} bytes of log, the log has {log_bytes} (a broker rebuilds it)",
+            summary.log_bytes
+        ));
+    }
+    let mut building = Building::default();
+    let mut position = 0u64;
+    let mut next_offset = summary.base_offset;
+    let mut head = [0u8; crate::batch::HEADER_SIZE];
+    let mut bytes = Vec::new();
+    while position < log_bytes {
+        log.read_exact_at(&mut head, position)
+            .map_err(|e| format!("cannot read the batch header at byte {position}: {e}"))?;
+        let header = BatchHeader::parse(&head).ok_or("truncated batch header")?;
+        let size = header.size() as u64;
+        if size < crate::batch::HEADER_SIZE as u64 || size > log_bytes - position {
+            return Err(format!("the batch at byte {position} overruns the log"));
+        }
+        let relative = header.last_offset() - summary.base_offset;
+        if header.base_offset < summary.base_offset
+            || !(0..=i64::from(u32::MAX)).contains(&relative)
+        {
+            return Err(format!(
+                "the batch at byte {position} has offsets outside the segment"
+            ));
+        }
+        if indexable(&header) {
+            bytes.resize(header.size(), 0);
+            log.read_exact_at(&mut bytes, position)
+                .map_err(|e| format!("cannot read the batch at byte {position}: {e}"))?;
+            if let Ok(decoded) = crate::records::DecodedBatch::new(&bytes, limit) {
+                for r in decoded.records().map_while(Result::ok) {
+                    if let Some(key) = r.key {
+                        let rel = r.offset - summary.base_offset;
+                        if !(0..=i64::from(u32::MAX)).contains(&rel) {
+                            return Err(format!("record offset {} outside the segment", r.offset));
+                        }
+                        building.add(key_hash(key), rel as u32);
+                    }
+                }
+            }
+        }
+        next_offset = header.next_offset();
+        position += size;
+    }
+    if next_offset != summary.next_offset {
+        return Err(format!(
+            "written for next offset {}, the log ends at {next_offset}",
+            summary.next_offset
+        ));
+    }
+    let expected = building.sorted_entries();
+    if expected.len() != summary.entry_count as usize {
+        return Err(format!(
+            "{} entries, the log has {} keyed records",
+            summary.entry_count,
+            expected.len()
+        ));
+    }
+    let file = File::open(index_path).map_err(|e| format!("cannot open: {e}"))?;
+    let mut buf = [0u8; ENTRY_BYTES];
+    for (i, want) in expected.iter().enumerate() {
+        file.read_exact_at(&mut buf, HEADER_BYTES as u64 + (i * ENTRY_BYTES) as u64)
+            .map_err(|e| format!("cannot read entry {i}: {e}"))?;
+        let got = decode_entry(&buf);
+        if got != *want {
+            return Err(format!(
+                "entry {i} is (hash {:#010x}, offset +{}), the log says (hash {:#010x}, offset +{})",
+                got.0, got.1, want.0, want.1
+            ));
+        }
+    }
+    Ok(summary)
+}

@@ -4,7 +4,7 @@
 //! `BuiltInPartitioner.partitionForKey` with `Utils.murmur2` / `Utils.toPositive`. Records without a key are
 //! spread "sticky" (KIP-480): a whole batch goes to one partition and the next batch moves to the next one.
 
-pub use annal_client::partitioner::{murmur2, partition_for_key};
+pub use annal_client::partitioner::partition_for_key;
 
 /// Chooses partitions for a stream of records: murmur2 for keys, one partition per batch for null keys.
 pub struct Partitioner {
@@ -38,6 +38,7 @@ impl Partitioner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use annal_client::partitioner::murmur2;
 
     /// From Apache Kafka's clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java (testMurmur2).
     #[test]
