@@ -43,4 +43,3 @@ pub fn partition_for_key(key: &[u8], partitions: u32) -> u32 {
     assert!(partitions > 0, "a topic has at least one partition");
     (murmur2(key) & 0x7fff_ffff) % partitions
 }
-

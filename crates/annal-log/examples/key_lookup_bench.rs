@@ -21,17 +21,35 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
-fn write(log: &mut Log, records: u64, keys: &[Vec<u8>], value: &[u8], codec: Compression) -> Duration {
+fn write(
+    log: &mut Log,
+    records: u64,
+    keys: &[Vec<u8>],
+    value: &[u8],
+    codec: Compression,
+) -> Duration {
     let now = 1_700_000_000_000;
     let started = Instant::now();
     let mut n = 0u64;
     while n < records {
         let batch: Vec<_> = (0..100)
-            .map(|i| (Some(keys[((n + i) % keys.len() as u64) as usize].as_slice()), Some(value)))
+            .map(|i| {
+                (
+                    Some(keys[((n + i) % keys.len() as u64) as usize].as_slice()),
+                    Some(value),
+                )
+            })
             .collect();
-        let mut bytes = build_compressed_batch(&batch, &[now; 100], codec, ProducerFields::default());
-        log.append(&mut bytes, &AppendOptions { now_ms: now, ..AppendOptions::default() })
-            .expect("append");
+        let mut bytes =
+            build_compressed_batch(&batch, &[now; 100], codec, ProducerFields::default());
+        log.append(
+            &mut bytes,
+            &AppendOptions {
+                now_ms: now,
+                ..AppendOptions::default()
+            },
+        )
+        .expect("append");
         n += 100;
     }
     started.elapsed()
@@ -62,14 +80,27 @@ fn scan(log: &Log, key: &[u8]) -> usize {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let records: u64 = args.first().and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
+    let records: u64 = args
+        .first()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
     let key_count: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(10_000);
     let record_bytes: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(1024);
-    let codec = args.get(3).and_then(|a| Compression::from_name(a)).unwrap_or(Compression::Lz4);
-    let keys: Vec<Vec<u8>> = (0..key_count).map(|k| format!("user-{k:08}").into_bytes()).collect();
+    let codec = args
+        .get(3)
+        .and_then(|a| Compression::from_name(a))
+        .unwrap_or(Compression::Lz4);
+    let keys: Vec<Vec<u8>> = (0..key_count)
+        .map(|k| format!("user-{k:08}").into_bytes())
+        .collect();
     // Values that compress somewhat, like JSON events.
-    let value: Vec<u8> = (0..record_bytes).map(|i| b"abcdefghij0123456789{}\":,"[i * 7 % 25]).collect();
-    let base = LogConfig { segment_bytes: 128 << 20, ..LogConfig::default() };
+    let value: Vec<u8> = (0..record_bytes)
+        .map(|i| b"abcdefghij0123456789{}\":,"[i * 7 % 25])
+        .collect();
+    let base = LogConfig {
+        segment_bytes: 128 << 20,
+        ..LogConfig::default()
+    };
 
     let off_dir = tempfile::tempdir().expect("temporary directory");
     let mut off = Log::open(off_dir.path(), base.clone()).expect("open");
@@ -77,7 +108,14 @@ fn main() {
     drop(off);
 
     let dir = tempfile::tempdir().expect("temporary directory");
-    let mut log = Log::open(dir.path(), LogConfig { key_index: true, ..base }).expect("open");
+    let mut log = Log::open(
+        dir.path(),
+        LogConfig {
+            key_index: true,
+            ..base
+        },
+    )
+    .expect("open");
     let append_on = write(&mut log, records, &keys, &value, codec);
     let started = Instant::now();
     while log.index_keys(256 << 10).expect("index").pending_segments > 0 {}
@@ -106,12 +144,21 @@ fn main() {
         let key = next_key();
         let t = Instant::now();
         let page = log
-            .lookup_key(&KeyQuery { max_records: per_key + 1, max_bytes: 64 << 20, ..KeyQuery::new(key) })
+            .lookup_key(&KeyQuery {
+                max_records: per_key + 1,
+                max_bytes: 64 << 20,
+                ..KeyQuery::new(key)
+            })
             .expect("lookup");
         all.push(t.elapsed());
         assert_eq!(page.records.len(), per_key, "every record of the key");
         let t = Instant::now();
-        let page = log.lookup_key(&KeyQuery { latest: true, ..KeyQuery::new(key) }).expect("lookup");
+        let page = log
+            .lookup_key(&KeyQuery {
+                latest: true,
+                ..KeyQuery::new(key)
+            })
+            .expect("lookup");
         latest.push(t.elapsed());
         assert_eq!(page.records.len(), 1);
     }

@@ -181,6 +181,11 @@ impl SealedKeyIndex {
         &self.path
     }
 
+    /// The file's size.
+    pub fn file_bytes(&self) -> u64 {
+        HEADER_BYTES as u64 + u64::from(self.entry_count) * ENTRY_BYTES as u64
+    }
+
     fn entry_at(&self, index: u32) -> std::io::Result<(u32, u32)> {
         let mut buf = [0u8; ENTRY_BYTES];
         self.file.read_exact_at(

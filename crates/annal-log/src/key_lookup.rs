@@ -22,7 +22,7 @@ const CANDIDATES_PER_RUN: usize = 256;
 pub const REJECTED_CANDIDATES_MAX: u64 = 4096;
 /// Log bytes a lookup indexes itself (the tail the background has not reached yet) before it gives up with
 /// [`LogError::KeyIndexBuilding`].
-pub const LOOKUP_CATCH_UP_BYTES_MAX: u64 = 64 << 20;
+pub const LOOKUP_CATCH_UP_BYTES_MAX: u64 = 16 << 20;
 
 /// A query of [`Log::lookup_key`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,7 +84,7 @@ pub struct KeyLookup {
 /// How far [`Log::index_keys`] got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct KeyIndexProgress {
-    /// Log bytes read and indexed by this call.
+    /// Bytes read by this call: log indexed, and index files checked.
     pub indexed_bytes: u64,
     /// Segments whose index is not complete yet.
     pub pending_segments: usize,

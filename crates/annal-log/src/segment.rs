@@ -899,8 +899,8 @@ impl Segment {
 
     /// One bounded step of building the key index: checks a file left on disk, or indexes batches from where
     /// the index stops, about `budget_bytes` of log (at least one batch), decompressing each batch once. A
-    /// `sealed` (no longer active) segment's index is written to its file once complete. Returns the log bytes
-    /// indexed.
+    /// `sealed` (no longer active) segment's index is written to its file once complete. Returns the bytes read
+    /// (log indexed, or index file checked), which callers count against their budget.
     pub fn key_index_step(
         &mut self,
         budget_bytes: u64,
@@ -918,8 +918,10 @@ impl Segment {
                 if sealed {
                     match key_index::load(&dir, &self.shape()) {
                         Ok(file) => {
+                            // Checking read the whole file: that is this step's work.
+                            let checked = file.file_bytes();
                             self.key_index = KeyIndex::Sealed(file);
-                            return Ok(0);
+                            return Ok(checked);
                         }
                         Err(reason) => {
                             tracing::info!(segment = %self.log_path.display(), %reason, "rebuilding the key index from the log")

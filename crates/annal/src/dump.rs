@@ -928,7 +928,7 @@ fn open_index<W: Write>(
         return Ok(None);
     };
     out.line(format!("Dumping {}", path.display()))?;
-    if bytes.len() as u64 % entry_size > 0 {
+    if !(bytes.len() as u64).is_multiple_of(entry_size) {
         out.problem(format!(
             "{name}: {} bytes is not a whole number of {entry_size}-byte entries (torn last entry)",
             bytes.len()

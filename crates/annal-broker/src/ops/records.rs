@@ -236,7 +236,9 @@ impl From<&OwnedRecord> for RecordView {
 #[derive(Serialize)]
 struct PartitionAnswer {
     partition: i32,
-    high_watermark: i64,
+    /// Records below this offset were searched: the high watermark (the last stable offset with
+    /// `isolation=read_committed`), or the upper end of the `until` range.
+    end_offset: i64,
     records: Vec<RecordView>,
     /// Resume with `partition=N&from=next_offset`; `null` when this partition has nothing more.
     next_offset: Option<i64>,
@@ -315,7 +317,7 @@ pub fn answer(broker: &Arc<Broker>, topic: &str, raw_query: Option<&str>) -> Res
             // The answer is full: the partition is listed, unread, from where it would start.
             answer.partitions.push(PartitionAnswer {
                 partition: index,
-                high_watermark: partition.high_watermark(),
+                end_offset: partition.high_watermark(),
                 records: Vec::new(),
                 next_offset: Some(request.from),
             });
@@ -349,7 +351,7 @@ pub fn answer(broker: &Arc<Broker>, topic: &str, raw_query: Option<&str>) -> Res
         bytes_left = bytes_left.saturating_sub(bytes);
         answer.partitions.push(PartitionAnswer {
             partition: index,
-            high_watermark: found.upper_offset,
+            end_offset: found.upper_offset,
             records: found.records.iter().map(RecordView::from).collect(),
             next_offset: found.next_offset,
         });
