@@ -29,7 +29,7 @@ ROUNDS = 8
 
 
 @pytest.fixture
-def broker():
+def keyed_broker():
     if os.environ.get("INTEROP_BOOTSTRAP") or os.environ.get("INTEROP_BROKER") == "kafka":
         pytest.skip("needs Annal's own process (its HTTP listener and key index)")
     http_port = free_port()
@@ -72,7 +72,8 @@ def scan(b, topic):
     return out
 
 
-def test_lookup_finds_exactly_what_a_scan_finds(broker):
+def test_lookup_finds_exactly_what_a_scan_finds(keyed_broker):
+    broker = keyed_broker
     topic = "keyed"
     create_topic(broker, topic, partitions=PARTITIONS,
                  config={"key.index.enable": "true", "segment.bytes": "8192"})
@@ -139,7 +140,8 @@ def test_lookup_finds_exactly_what_a_scan_finds(broker):
     assert status == 404, body
 
 
-def test_the_index_survives_a_restart_and_dump_log_checks_it(broker):
+def test_the_index_survives_a_restart_and_dump_log_checks_it(keyed_broker):
+    broker = keyed_broker
     topic = "restarted"
     create_topic(broker, topic, config={"key.index.enable": "true", "segment.bytes": "4096"})
     producer = kp_producer(broker, compression_type="lz4", linger_ms=5)
