@@ -21,11 +21,30 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
+/// Values like JSON events: a text frame around random hex (about 2:1 compressible).
+fn values(count: usize, record_bytes: usize) -> Vec<Vec<u8>> {
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    (0..count)
+        .map(|_| {
+            let mut v = b"{\"event\":\"page_view\",\"payload\":\"".to_vec();
+            while v.len() + 2 < record_bytes {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                v.extend_from_slice(format!("{state:016x}").as_bytes());
+            }
+            v.truncate(record_bytes.saturating_sub(2));
+            v.extend_from_slice(b"\"}");
+            v
+        })
+        .collect()
+}
+
 fn write(
     log: &mut Log,
     records: u64,
     keys: &[Vec<u8>],
-    value: &[u8],
+    values: &[Vec<u8>],
     codec: Compression,
 ) -> Duration {
     let now = 1_700_000_000_000;
@@ -36,7 +55,7 @@ fn write(
             .map(|i| {
                 (
                     Some(keys[((n + i) % keys.len() as u64) as usize].as_slice()),
-                    Some(value),
+                    Some(values[((n + i) % values.len() as u64) as usize].as_slice()),
                 )
             })
             .collect();
@@ -93,10 +112,8 @@ fn main() {
     let keys: Vec<Vec<u8>> = (0..key_count)
         .map(|k| format!("user-{k:08}").into_bytes())
         .collect();
-    // Values that compress somewhat, like JSON events.
-    let value: Vec<u8> = (0..record_bytes)
-        .map(|i| b"abcdefghij0123456789{}\":,"[i * 7 % 25])
-        .collect();
+    // 4099 distinct values (prime, so a key does not keep meeting the same value).
+    let value = values(4099, record_bytes);
     let base = LogConfig {
         segment_bytes: 128 << 20,
         ..LogConfig::default()
