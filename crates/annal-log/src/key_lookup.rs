@@ -86,7 +86,7 @@ pub struct KeyLookup {
 pub struct KeyIndexProgress {
     /// Bytes read by this call: log indexed, and index files checked.
     pub indexed_bytes: u64,
-    /// Segments whose index is not complete yet.
+    /// Segments whose index still needs work: not complete, or complete in memory but not yet written out.
     pub pending_segments: usize,
 }
 
@@ -113,10 +113,10 @@ impl Log {
         let limit = self.config.decompressed_batch_limit();
         let active_base = self.active().base_offset();
         for seg in self.segments.values_mut() {
-            if seg.key_index_complete() {
+            let sealed = seg.base_offset() != active_base;
+            if !seg.key_index_needs_work(sealed) {
                 continue;
             }
-            let sealed = seg.base_offset() != active_base;
             if progress.indexed_bytes < budget_bytes {
                 let left = budget_bytes - progress.indexed_bytes;
                 progress.indexed_bytes += seg.key_index_step(left, limit, sealed)?;
@@ -125,7 +125,7 @@ impl Log {
                     seg.key_index_step(0, limit, sealed)?;
                 }
             }
-            if !seg.key_index_complete() {
+            if seg.key_index_needs_work(sealed) {
                 progress.pending_segments += 1;
             }
         }

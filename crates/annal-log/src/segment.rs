@@ -892,6 +892,16 @@ impl Segment {
         }
     }
 
+    /// Whether `index_keys` has work here: a file to check, records to index, or (for a `sealed` segment) a
+    /// complete in-memory index to write out and drop, so only the active segment's index stays in memory.
+    pub fn key_index_needs_work(&self, sealed: bool) -> bool {
+        match &self.key_index {
+            KeyIndex::Off | KeyIndex::Sealed(_) => false,
+            KeyIndex::Unverified => true,
+            KeyIndex::Building(b) => sealed || b.position < self.size,
+        }
+    }
+
     /// The in-memory index holds [`key_index::ACTIVE_ENTRIES_MAX`] entries: the log rolls.
     pub fn key_index_full(&self) -> bool {
         matches!(&self.key_index, KeyIndex::Building(b) if b.is_full())

@@ -453,6 +453,14 @@ fn the_active_segments_memory_is_capped_by_rolling() {
     for (_, _, _, entries) in log.key_index_status() {
         assert!(entries.unwrap_or(0) <= annal_log::key_index::ACTIVE_ENTRIES_MAX + per_batch);
     }
+    index_everything(&mut log);
+    let status = log.key_index_status();
+    let (active, sealed) = status.split_last().unwrap();
+    assert!(
+        sealed.iter().all(|s| s.1 == "file"),
+        "sealed segments keep nothing in memory: {status:?}"
+    );
+    assert_eq!(active.1, "in memory");
     let found = log
         .lookup_key(&KeyQuery {
             max_records: 10_000,
@@ -533,4 +541,72 @@ fn now() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64
+}
+
+/// read_committed lookups leave out aborted transactions' records; control batches (markers carry keys of
+/// their own) are never indexed.
+#[test]
+fn read_committed_leaves_out_aborted_records_and_markers_are_not_indexed() {
+    use annal_log::batch::build_batch;
+    use annal_log::control::{build_marker_batch, EndTxnMarker, TxnOutcome};
+    use annal_log::AppendOrigin;
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), config()).unwrap();
+    let ts = 1_700_000_000_000;
+    let txn = |pid: i64, value: &'static [u8]| {
+        build_batch(
+            &[(Some(b"order-1".as_slice()), Some(value))],
+            &[ts],
+            ProducerFields {
+                producer_id: pid,
+                producer_epoch: 0,
+                base_sequence: 0,
+                transactional: true,
+            },
+        )
+    };
+    let opts = AppendOptions {
+        now_ms: ts,
+        ..AppendOptions::default()
+    };
+    let coordinator = AppendOptions {
+        origin: AppendOrigin::Coordinator,
+        ..opts
+    };
+    log.append(&mut txn(1, b"aborted"), &opts).unwrap();
+    log.append(&mut txn(2, b"committed"), &opts).unwrap();
+    for (pid, outcome) in [(1, TxnOutcome::Abort), (2, TxnOutcome::Commit)] {
+        let mut marker = build_marker_batch(
+            pid,
+            0,
+            EndTxnMarker {
+                outcome,
+                coordinator_epoch: 0,
+            },
+            ts,
+        );
+        log.append(&mut marker, &coordinator).unwrap();
+    }
+    let values = |read_committed: bool, log: &mut Log| -> Vec<Vec<u8>> {
+        log.lookup_key(&KeyQuery {
+            read_committed,
+            ..KeyQuery::new(b"order-1")
+        })
+        .unwrap()
+        .records
+        .into_iter()
+        .filter_map(|r| r.value)
+        .collect()
+    };
+    assert_eq!(
+        values(false, &mut log),
+        vec![b"aborted".to_vec(), b"committed".to_vec()]
+    );
+    assert_eq!(values(true, &mut log), vec![b"committed".to_vec()]);
+    // Only the two data records are in the index: the markers' keys (version, type) are not.
+    log.roll().unwrap();
+    index_everything(&mut log);
+    let files = key_index_files(dir.path());
+    let summary = inspect_file(&dir.path().join(&files[0])).unwrap();
+    assert_eq!(summary.entry_count, 2);
 }
