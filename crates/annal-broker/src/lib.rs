@@ -512,6 +512,8 @@ async fn retention_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Recei
         let health = health_tick.is_multiple_of(HEALTH_TICKS);
         let _ = tokio::task::spawn_blocking(move || {
             flush_due(&b);
+            // Off the produce path, in bounded steps; lookups index whatever tail is left themselves.
+            b.replica_manager.index_keys();
             if checkpoint {
                 b.replica_manager.checkpoint_high_watermarks();
             }

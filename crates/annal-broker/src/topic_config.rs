@@ -209,6 +209,8 @@ pub const TOPIC_SETTINGS: &[TopicSetting] = &[
         None,
     ),
     ts("remote.storage.enable", Kind::Choice(&["false"]), None),
+    // Annal's own: keep a key index beside each segment (`GET /v1/topics/{topic}/records?key=`, `annal lookup`).
+    ts("key.index.enable", Kind::Bool, None),
     ts("leader.replication.throttled.replicas", Kind::Text, None),
     ts("follower.replication.throttled.replicas", Kind::Text, None),
 ];
@@ -232,6 +234,7 @@ fn static_default(name: &str) -> &'static str {
         "local.retention.ms" => "-2",
         "local.retention.bytes" => "-2",
         "remote.storage.enable" => "false",
+        "key.index.enable" => "false",
         _ => "",
     }
 }
@@ -343,6 +346,7 @@ pub fn log_config(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -
             let lag = effective("max.compaction.lag.ms", overrides, broker).0;
             lag.trim().parse::<i64>().unwrap_or(i64::MAX).max(1)
         },
+        key_index: effective("key.index.enable", overrides, broker).0 == "true",
         ..LogConfig::default()
     }
 }

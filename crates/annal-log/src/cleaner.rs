@@ -681,7 +681,13 @@ pub(crate) mod swap {
     use crate::segment::file_name;
 
     pub const MANIFEST: &str = "cleaner.swap";
-    const SUFFIXES: [&str; 4] = ["log", "index", "timeindex", "txnindex"];
+    const SUFFIXES: [&str; 5] = [
+        "log",
+        "index",
+        "timeindex",
+        "txnindex",
+        crate::key_index::SUFFIX,
+    ];
 
     #[derive(Debug, Default, PartialEq, Eq)]
     pub struct Manifest {
@@ -735,6 +741,20 @@ pub(crate) mod swap {
             return super::remove_scratch(&scratch);
         };
         for &base in &manifest.new {
+            // The old segment's key index describes records the cleaner removed: it goes, and the new segment's
+            // is rebuilt from the cleaned log (see `key_index.rs`).
+            let key_index = dir.join(file_name(base, crate::key_index::SUFFIX));
+            match std::fs::remove_file(&key_index) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(LogError::io(
+                        "delete a cleaned segment's key index",
+                        &key_index,
+                        e,
+                    ))
+                }
+            }
             for suffix in SUFFIXES {
                 let from = scratch.join(file_name(base, suffix));
                 let to = dir.join(file_name(base, suffix));

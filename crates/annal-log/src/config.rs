@@ -36,6 +36,9 @@ pub struct LogConfig {
     /// `max.compaction.lag.ms`: a dirty segment whose first batch is older than this is cleaned whatever the
     /// ratio.
     pub max_compaction_lag_ms: i64,
+    /// `key.index.enable` (Annal's own): keep a key index beside each segment, so records can be found by key
+    /// (`Log::lookup_key`) without scanning. Derived data; see `key_index.rs`.
+    pub key_index: bool,
 }
 
 impl LogConfig {
@@ -73,6 +76,7 @@ impl Default for LogConfig {
             min_cleanable_dirty_ratio: 0.5,
             min_compaction_lag_ms: 0,
             max_compaction_lag_ms: i64::MAX,
+            key_index: false,
         }
     }
 }

@@ -60,6 +60,17 @@ pub enum LogError {
         #[source]
         source: std::io::Error,
     },
+    /// A key lookup on a log whose topic does not have `key.index.enable=true`.
+    #[error("the log {dir} has no key index; set the topic config key.index.enable=true (existing segments are then indexed in the background)")]
+    KeyIndexDisabled { dir: PathBuf },
+    /// A key lookup while the key index of the range asked for is still being built (just enabled, or
+    /// rebuilding after a restart or a compaction).
+    #[error("the key index of {dir} is still being built ({pending_segments} of {segments} segments to go); retry shortly")]
+    KeyIndexBuilding {
+        dir: PathBuf,
+        pending_segments: usize,
+        segments: usize,
+    },
     /// Files on disk that cannot be made sense of and cannot be repaired automatically.
     #[error("unrecoverable log directory {path}: {reason}")]
     Unrecoverable { path: PathBuf, reason: String },

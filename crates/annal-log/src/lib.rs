@@ -28,6 +28,8 @@ mod error;
 mod fsync_stats;
 mod group_commit;
 mod index;
+pub mod key_index;
+mod key_lookup;
 mod log;
 pub mod producer;
 pub mod records;
@@ -43,9 +45,13 @@ pub use crate::config::LogConfig;
 pub use crate::error::LogError;
 pub use crate::fsync_stats::{fsync_snapshot, FsyncSnapshot};
 pub use crate::group_commit::{DurableError, DurableLog, DurableWait, GroupCommit};
+pub use crate::key_lookup::{
+    KeyIndexProgress, KeyLookup, KeyQuery, LOOKUP_CATCH_UP_BYTES_MAX, REJECTED_CANDIDATES_MAX,
+};
 pub use crate::log::{
     AppendInfo, AppendOptions, AppendOrigin, Log, LogRead, SegmentInfo, SyncHandle, TimestampType,
 };
+pub use crate::records::OwnedRecord;
 pub use crate::slice::FileSlice;
 pub use crate::txn_index::AbortedTxn;
 

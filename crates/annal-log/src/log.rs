@@ -102,10 +102,10 @@ const SNAPSHOTS_KEPT_MAX: usize = 2;
 /// A partition's log. See the crate docs.
 #[derive(Debug)]
 pub struct Log {
-    dir: PathBuf,
-    config: LogConfig,
+    pub(crate) dir: PathBuf,
+    pub(crate) config: LogConfig,
     /// Keyed by base offset; never empty; the last one is the active segment.
-    segments: BTreeMap<i64, Segment>,
+    pub(crate) segments: BTreeMap<i64, Segment>,
     log_start_offset: i64,
     /// Every offset below this is known to be on stable storage.
     recovery_point: i64,
@@ -317,7 +317,13 @@ impl Log {
             config.segment_bytes > 0 && config.segment_bytes <= LogConfig::SEGMENT_BYTES_MAX,
             "segment.bytes out of range"
         );
+        let key_index = config.key_index;
         self.config = config;
+        for seg in self.segments.values_mut() {
+            if let Err(e) = seg.set_key_index(key_index) {
+                tracing::warn!(segment = %seg.log_path().display(), error = %e, "cannot turn the key index off for a segment; its file is left (it is checked before any use)");
+            }
+        }
     }
 
     pub fn log_start_offset(&self) -> i64 {
@@ -355,7 +361,7 @@ impl Log {
             .collect()
     }
 
-    fn active(&self) -> &Segment {
+    pub(crate) fn active(&self) -> &Segment {
         self.segments
             .values()
             .next_back()
@@ -626,11 +632,12 @@ impl Log {
             return Ok(());
         }
         let too_big = active.size() + incoming_bytes > self.config.segment_bytes;
+        let key_index_full = active.key_index_full();
         let too_old = active
             .first_batch_timestamp()
             .is_some_and(|ts| incoming_max_timestamp.saturating_sub(ts) > self.config.segment_ms);
         let offsets_overflow = !active.can_hold_offset(active.next_offset() + incoming_records);
-        if too_big || too_old || active.indexes_full() || offsets_overflow {
+        if too_big || too_old || active.indexes_full() || offsets_overflow || key_index_full {
             self.roll()?;
         }
         Ok(())
@@ -1315,7 +1322,9 @@ fn scan_directory(dir: &Path) -> crate::Result<(Vec<i64>, Vec<i64>)> {
         match suffix {
             "log" => logs.push(base),
             "snapshot" => snapshots.push(base),
-            "index" | "timeindex" | "txnindex" => indexes.push((base, entry.path())),
+            "index" | "timeindex" | "txnindex" | crate::key_index::SUFFIX => {
+                indexes.push((base, entry.path()))
+            }
             _ => {}
         }
     }

@@ -182,6 +182,30 @@ impl Record<'_> {
     }
 }
 
+/// A record copied out of its batch (key lookups return these).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnedRecord {
+    pub offset: i64,
+    pub timestamp: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    /// The header count varint followed by the encoded headers, as stored
+    /// (`annal_log::key_index::parse_headers` parses them).
+    pub headers: Vec<u8>,
+}
+
+impl From<&Record<'_>> for OwnedRecord {
+    fn from(r: &Record<'_>) -> OwnedRecord {
+        OwnedRecord {
+            offset: r.offset,
+            timestamp: r.timestamp,
+            key: r.key.map(<[u8]>::to_vec),
+            value: r.value.map(<[u8]>::to_vec),
+            headers: r.headers.to_vec(),
+        }
+    }
+}
+
 /// A batch whose records can be iterated: the header and the (decompressed) records section.
 #[derive(Debug, Clone)]
 pub struct DecodedBatch<'a> {

@@ -10,6 +10,7 @@ use crate::batch::{self, BatchHeader, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2};
 use crate::config::LogConfig;
 use crate::error::LogError;
 use crate::index::{OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
+use crate::key_index::{self, Building, KeyIndex, SegmentShape};
 use crate::slice::FileSlice;
 use crate::txn_index::{AbortedTxn, TxnIndex};
 
@@ -41,6 +42,8 @@ pub struct Segment {
     txn_index: TxnIndex,
     bytes_since_last_index_entry: u64,
     index_interval_bytes: u32,
+    /// The key index (`key.index.enable`); derived data, see `key_index.rs`.
+    key_index: KeyIndex,
 }
 
 /// A control batch larger than this is not read as a transaction marker (a marker is ~80 bytes).
@@ -89,7 +92,13 @@ impl Segment {
                 return Err(e);
             }
         };
+        let _ = key_index::remove(dir, base_offset);
         Ok(Segment {
+            key_index: if config.key_index {
+                KeyIndex::Building(Building::default())
+            } else {
+                KeyIndex::Off
+            },
             base_offset,
             log_path,
             file: Arc::new(file),
@@ -142,6 +151,7 @@ impl Segment {
                 let mut segment = segment;
                 segment.txn_index =
                     TxnIndex::load(&TxnIndex::path_in(dir, base_offset), segment.next_offset)?;
+                segment.set_key_index(config.key_index)?;
                 return Ok((segment, report));
             }
         }
@@ -158,6 +168,7 @@ impl Segment {
             txn_index: TxnIndex::detached(&TxnIndex::path_in(dir, base_offset)),
             bytes_since_last_index_entry: 0,
             index_interval_bytes: config.index_interval_bytes,
+            key_index: KeyIndex::Off,
         };
         if report.rebuilt_indexes.is_none() && recover {
             report.rebuilt_indexes = Some("recovering after an unclean shutdown".into());
@@ -186,6 +197,7 @@ impl Segment {
                 .sync_all()
                 .map_err(|e| LogError::io("fsync segment", &log_path, e))?;
         }
+        segment.set_key_index(config.key_index)?;
         Ok((segment, report))
     }
 
@@ -296,6 +308,7 @@ impl Segment {
             txn_index: TxnIndex::detached(&log_path.with_extension("txnindex")),
             bytes_since_last_index_entry: walk.bytes_after_tail_start,
             index_interval_bytes: config.index_interval_bytes,
+            key_index: KeyIndex::Off,
         }))
     }
 
@@ -703,6 +716,7 @@ impl Segment {
         self.time_index
             .truncate_to_offset(self.relative(offset.max(self.base_offset)))?;
         self.txn_index.truncate_to(cut.base_offset)?;
+        self.truncate_key_index(self.relative(cut.base_offset), position)?;
         // Recompute what the kept prefix says about offsets and timestamps.
         self.size = 0;
         self.next_offset = self.base_offset;
@@ -792,7 +806,7 @@ impl Segment {
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_default();
-        for suffix in ["log", "index", "timeindex", "txnindex"] {
+        for suffix in ["log", "index", "timeindex", "txnindex", key_index::SUFFIX] {
             let path = dir.join(file_name(self.base_offset, suffix));
             match std::fs::remove_file(&path) {
                 Ok(()) => {}
@@ -827,6 +841,266 @@ impl Segment {
             };
         }
         Ok(())
+    }
+}
+
+/// The key index (see `key_index.rs`): built by bounded steps off the produce path, searched by lookups.
+impl Segment {
+    fn dir(&self) -> PathBuf {
+        self.log_path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default()
+    }
+
+    /// What the segment is now, which a key index file must match.
+    pub fn shape(&self) -> SegmentShape {
+        SegmentShape {
+            base_offset: self.base_offset,
+            next_offset: self.next_offset,
+            log_bytes: self.size,
+        }
+    }
+
+    /// Turns the key index on (a file on disk is checked before use) or off (its file is deleted: derived data
+    /// that stopped following the log).
+    pub fn set_key_index(&mut self, on: bool) -> crate::Result<()> {
+        match (on, &self.key_index) {
+            (true, KeyIndex::Off) => self.key_index = KeyIndex::Unverified,
+            (false, KeyIndex::Off) => {
+                let path = key_index::path_in(&self.dir(), self.base_offset);
+                key_index::remove(&self.dir(), self.base_offset)
+                    .map_err(|e| LogError::io("delete key index", &path, e))?;
+            }
+            (false, _) => {
+                self.key_index = KeyIndex::Off;
+                return self.set_key_index(false);
+            }
+            (true, _) => {}
+        }
+        Ok(())
+    }
+
+    /// Whether the key index covers every record of the segment and can answer (true when it is off: nothing
+    /// to wait for). An unchecked file is not ready.
+    pub fn key_index_complete(&self) -> bool {
+        match &self.key_index {
+            KeyIndex::Off | KeyIndex::Sealed(_) => true,
+            KeyIndex::Unverified => false,
+            KeyIndex::Building(b) => b.position == self.size,
+        }
+    }
+
+    /// Whether `index_keys` has work here: a file to check, records to index, or (for a `sealed` segment) a
+    /// complete in-memory index to write out and drop, so only the active segment's index stays in memory.
+    pub fn key_index_needs_work(&self, sealed: bool) -> bool {
+        match &self.key_index {
+            KeyIndex::Off | KeyIndex::Sealed(_) => false,
+            KeyIndex::Unverified => true,
+            KeyIndex::Building(b) => sealed || b.position < self.size,
+        }
+    }
+
+    /// The in-memory index holds [`key_index::ACTIVE_ENTRIES_MAX`] entries: the log rolls.
+    pub fn key_index_full(&self) -> bool {
+        matches!(&self.key_index, KeyIndex::Building(b) if b.is_full())
+    }
+
+    /// One bounded step of building the key index: checks a file left on disk, or indexes batches from where
+    /// the index stops, about `budget_bytes` of log (at least one batch), decompressing each batch once. A
+    /// `sealed` (no longer active) segment's index is written to its file once complete. Returns the bytes read
+    /// (log indexed, or index file checked), which callers count against their budget.
+    pub fn key_index_step(
+        &mut self,
+        budget_bytes: u64,
+        limit: usize,
+        sealed: bool,
+    ) -> crate::Result<u64> {
+        let dir = self.dir();
+        let mut building = match std::mem::replace(&mut self.key_index, KeyIndex::Off) {
+            KeyIndex::Off => return Ok(0),
+            KeyIndex::Sealed(s) => {
+                self.key_index = KeyIndex::Sealed(s);
+                return Ok(0);
+            }
+            KeyIndex::Unverified => {
+                if sealed {
+                    match key_index::load(&dir, &self.shape()) {
+                        Ok(file) => {
+                            // Checking read the whole file: that is this step's work.
+                            let checked = file.file_bytes();
+                            self.key_index = KeyIndex::Sealed(file);
+                            return Ok(checked);
+                        }
+                        Err(reason) => {
+                            tracing::info!(segment = %self.log_path.display(), %reason, "rebuilding the key index from the log")
+                        }
+                    }
+                }
+                // An active segment's index lives in memory; any file is stale.
+                let path = key_index::path_in(&dir, self.base_offset);
+                key_index::remove(&dir, self.base_offset)
+                    .map_err(|e| LogError::io("delete key index", &path, e))?;
+                Building::default()
+            }
+            KeyIndex::Building(b) => b,
+        };
+        let result = self.index_keys_from(&mut building, budget_bytes, limit, sealed);
+        if result.is_ok() && sealed && building.position == self.size {
+            match key_index::write_file(&dir, &self.shape(), &building) {
+                Ok(file) => {
+                    self.key_index = KeyIndex::Sealed(file);
+                    return result;
+                }
+                // Kept in memory: still exact, and the next open rebuilds the file.
+                Err(e) => {
+                    tracing::warn!(segment = %self.log_path.display(), error = %e, "cannot write the key index file; keeping it in memory")
+                }
+            }
+        }
+        self.key_index = KeyIndex::Building(building);
+        result
+    }
+
+    fn index_keys_from(
+        &self,
+        building: &mut Building,
+        budget_bytes: u64,
+        limit: usize,
+        sealed: bool,
+    ) -> crate::Result<u64> {
+        let start = building.position;
+        let mut bytes = Vec::new();
+        while building.position < self.size
+            && (building.position == start || building.position - start < budget_bytes)
+            && (sealed || !building.is_full())
+        {
+            let position = building.position;
+            let header = self.header_at(position)?;
+            if key_index::indexable(&header) {
+                bytes.resize(header.size(), 0);
+                self.file
+                    .read_exact_at(&mut bytes, position)
+                    .map_err(|e| LogError::io("read segment", &self.log_path, e))?;
+                match crate::records::DecodedBatch::new(&bytes, limit) {
+                    Ok(decoded) => {
+                        for record in decoded.records() {
+                            match record {
+                                Ok(r) => {
+                                    if let Some(key) = r.key {
+                                        building
+                                            .add(key_index::key_hash(key), self.relative(r.offset));
+                                    }
+                                }
+                                Err(e) => {
+                                    tracing::warn!(segment = %self.log_path.display(), base_offset = header.base_offset, error = %e, "a record that does not parse; the key index skips the rest of its batch");
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(segment = %self.log_path.display(), base_offset = header.base_offset, error = %e, "a batch whose records cannot be read; the key index skips it")
+                    }
+                }
+            }
+            building.position = position + header.size() as u64;
+        }
+        Ok(building.position - start)
+    }
+
+    /// A truncation cut the segment before `relative_offset` (at byte `position`): the index keeps what is
+    /// below it. A sealed file is read back into memory (this segment becomes the active one) and deleted.
+    fn truncate_key_index(&mut self, relative_offset: u32, position: u64) -> crate::Result<()> {
+        let dir = self.dir();
+        let path = key_index::path_in(&dir, self.base_offset);
+        match std::mem::replace(&mut self.key_index, KeyIndex::Off) {
+            KeyIndex::Off => return Ok(()),
+            KeyIndex::Building(mut b) => {
+                b.truncate(relative_offset, position);
+                self.key_index = KeyIndex::Building(b);
+            }
+            KeyIndex::Sealed(sealed) => {
+                let restored = Building::from_sealed(&sealed, relative_offset, position);
+                drop(sealed);
+                self.key_index = match restored {
+                    Ok(b) => KeyIndex::Building(b),
+                    Err(e) => {
+                        tracing::warn!(segment = %self.log_path.display(), error = %e, "cannot read the key index back after a truncation; rebuilding it");
+                        KeyIndex::Building(Building::default())
+                    }
+                };
+            }
+            KeyIndex::Unverified => self.key_index = KeyIndex::Unverified,
+        }
+        key_index::remove(&dir, self.base_offset)
+            .map_err(|e| LogError::io("delete key index", &path, e))
+    }
+
+    /// Offsets of records whose key may hash to `hash` (the index's candidates) in `[from, to)`, at most
+    /// `max`, ascending or (with `reverse`) descending. The records must still be read: hashes collide.
+    pub fn key_candidates(
+        &self,
+        hash: u32,
+        from: i64,
+        to: i64,
+        reverse: bool,
+        max: usize,
+    ) -> crate::Result<Vec<i64>> {
+        let clamp = |o: i64| (o - self.base_offset).clamp(0, i64::from(u32::MAX)) as u32;
+        let (from_rel, to_rel) = (clamp(from), clamp(to));
+        let relative = match &self.key_index {
+            KeyIndex::Building(b) => b.candidates(hash, from_rel, to_rel, reverse, max),
+            KeyIndex::Sealed(s) => s
+                .candidates(hash, from_rel, to_rel, reverse, max)
+                .map_err(|e| LogError::io("read key index", s.path(), e))?,
+            KeyIndex::Off | KeyIndex::Unverified => Vec::new(),
+        };
+        Ok(relative
+            .into_iter()
+            .map(|r| self.base_offset + i64::from(r))
+            .collect())
+    }
+
+    /// A short description of the key index state (inspection and tests).
+    pub fn key_index_state(&self) -> &'static str {
+        match &self.key_index {
+            KeyIndex::Off => "off",
+            KeyIndex::Unverified => "unverified",
+            KeyIndex::Building(_) => "in memory",
+            KeyIndex::Sealed(_) => "file",
+        }
+    }
+
+    /// Entries in the in-memory index, if it is in memory.
+    pub fn key_index_memory_entries(&self) -> Option<usize> {
+        match &self.key_index {
+            KeyIndex::Building(b) => Some(b.entries()),
+            _ => None,
+        }
+    }
+
+    /// The batch holding `offset`, its decoded records owned (for key lookups, which keep one batch while
+    /// they resolve the candidates inside it). `None` with a warning if the records cannot be read.
+    pub fn read_batch_records(
+        &self,
+        offset: i64,
+        limit: usize,
+    ) -> crate::Result<Option<(BatchHeader, Vec<crate::records::OwnedRecord>)>> {
+        let Some((position, header)) = self.find_batch(offset)? else {
+            return Ok(None);
+        };
+        if header.base_offset > offset {
+            // The offset is gone (compaction); the batch after it is not the one.
+            return Ok(Some((header, Vec::new())));
+        }
+        let records = self.with_records(position, &header, limit, |records| {
+            records
+                .iter()
+                .map(crate::records::OwnedRecord::from)
+                .collect::<Vec<_>>()
+        })?;
+        Ok(records.map(|r| (header, r)))
     }
 }
 

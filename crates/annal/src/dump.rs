@@ -16,7 +16,8 @@ use anyhow::Context;
 
 #[derive(clap::Args)]
 pub struct DumpArgs {
-    /// A partition directory, or one file of it: `.log`, `.index`, `.timeindex`, `.snapshot`, `annal.checkpoint`.
+    /// A partition directory, or one file of it: `.log`, `.index`, `.timeindex`, `.keyindex`, `.snapshot`,
+    /// `annal.checkpoint`.
     pub path: PathBuf,
     /// Decode every record (offset, timestamp, key, value, headers), decompressing gzip/snappy/lz4/zstd batches.
     #[arg(long)]
@@ -88,7 +89,7 @@ fn dump_path<W: Write>(out: &mut Out<W>, args: &DumpArgs) -> anyhow::Result<()> 
     }
     let Some(base_offset) = segment_base(name) else {
         anyhow::bail!(
-            "{} is not a partition file: expected a directory or <20-digit offset>.log/.index/.timeindex/.snapshot",
+            "{} is not a partition file: expected a directory or <20-digit offset>.log/.index/.timeindex/.keyindex/.snapshot",
             path.display()
         );
     };
@@ -112,6 +113,10 @@ fn dump_path<W: Write>(out: &mut Out<W>, args: &DumpArgs) -> anyhow::Result<()> 
             dump_time_index(out, path, &log, base_offset, &summary)?;
         }
         Some("snapshot") => dump_snapshot(out, path)?,
+        Some("keyindex") => {
+            out.line(format!("Dumping {}", path.display()))?;
+            dump_key_index(out, path, &path.with_extension("log"), args)?;
+        }
         _ => anyhow::bail!("{}: unknown file type", path.display()),
     }
     Ok(())
@@ -138,7 +143,7 @@ fn dump_directory<W: Write>(out: &mut Out<W>, dir: &Path, args: &DumpArgs) -> an
         match (segment_base(&name), name.rsplit_once('.').map(|(_, e)| e)) {
             (Some(base), Some("log")) => logs.push((base, entry.path())),
             (Some(base), Some("snapshot")) => snapshots.push((base, entry.path())),
-            (Some(_), Some("index" | "timeindex")) => {}
+            (Some(_), Some("index" | "timeindex" | "keyindex")) => {}
             _ if name == "annal.checkpoint" => {}
             _ => others.push(name),
         }
@@ -183,6 +188,7 @@ fn dump_directory<W: Write>(out: &mut Out<W>, dir: &Path, args: &DumpArgs) -> an
             s.max_timestamp.map_or("none".into(), format_timestamp),
             if s.corrupt_at.is_some() { " (corrupt, see above)" } else { "" },
         ))?;
+        dump_key_index(out, &path.with_extension("keyindex"), path, args)?;
         if let Some(prev) = previous_next {
             if *base < prev {
                 out.problem(format!(
@@ -219,6 +225,35 @@ fn dump_directory<W: Write>(out: &mut Out<W>, dir: &Path, args: &DumpArgs) -> an
     }
     for name in others {
         out.line(format!("other file: {name}"))?;
+    }
+    Ok(())
+}
+
+/// A segment's key index (`key.index.enable`), if it has one: its summary, checked (checksums, order, bounds)
+/// and rebuilt from the log and compared. A bad one is reported; a broker rebuilds it (derived data).
+fn dump_key_index<W: Write>(
+    out: &mut Out<W>,
+    index: &Path,
+    log: &Path,
+    args: &DumpArgs,
+) -> anyhow::Result<()> {
+    if !index.exists() {
+        return Ok(());
+    }
+    match annal_log::key_index::verify_against_log(index, log, args.max_batch_bytes) {
+        Ok(s) => out.line(format!(
+            "  key index {}: entries: {} distinctHashes: {} baseOffset: {} nextOffset: {} logBytes: {} (checked against the log)",
+            file_name(index),
+            s.entry_count,
+            s.distinct_hashes,
+            s.base_offset,
+            s.next_offset,
+            s.log_bytes
+        ))?,
+        Err(reason) => out.problem(format!(
+            "key index {}: {reason}; it is derived data: a broker rebuilds it (or delete the file)",
+            file_name(index)
+        ))?,
     }
     Ok(())
 }
@@ -893,7 +928,7 @@ fn open_index<W: Write>(
         return Ok(None);
     };
     out.line(format!("Dumping {}", path.display()))?;
-    if bytes.len() as u64 % entry_size > 0 {
+    if !(bytes.len() as u64).is_multiple_of(entry_size) {
         out.problem(format!(
             "{name}: {} bytes is not a whole number of {entry_size}-byte entries (torn last entry)",
             bytes.len()

@@ -65,6 +65,8 @@ enum Command {
     Producers(cli::producers::ProducersArgs),
     /// Describe the cluster (brokers, controller, partitions, metadata quorum) and check its health.
     Cluster(cli::cluster::ClusterArgs),
+    /// Find the records with a key, from the broker's key index (topic config key.index.enable=true).
+    Lookup(cli::lookup::LookupArgs),
     /// Print the segments and batches of a partition directory or segment file (like kafka-dump-log).
     #[command(after_help = "Examples:
   annal dump-log ./annal-data/orders-0
@@ -105,6 +107,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Group(args) => cli::block_on(cli::group::run(args)),
         Command::Producers(args) => cli::block_on(cli::producers::run(args)),
         Command::Cluster(args) => cli::block_on(cli::cluster::run(args)),
+        Command::Lookup(args) => cli::block_on(cli::lookup::run(args)),
         Command::DumpLog(args) => dump::run(&args),
     }
 }

@@ -1,5 +1,6 @@
 //! The HTTP listener (`http.listen`, default 127.0.0.1:9644; empty turns it off): `/metrics`, `/healthz`,
-//! `/readyz` and a small JSON API under `/v1/` (`/v1/groups`, `/v1/groups/{group}`, `/v1/topics`).
+//! `/readyz` and a small JSON API under `/v1/` (`/v1/groups`, `/v1/groups/{group}`, `/v1/topics`,
+//! `/v1/topics/{topic}/records?key=` for records by key).
 //!
 //! axum routes; hyper serves each connection (HTTP/1.1 only) from an accept loop of ours, so that every limit is
 //! explicit: at most [`HttpLimits::max_connections`] connections (more are closed at accept), request headers
@@ -142,6 +143,7 @@ pub fn router(broker: Arc<Broker>, limits: &HttpLimits) -> Router {
         .route("/v1/groups", get(groups))
         .route("/v1/groups/{group}", get(group))
         .route("/v1/topics", get(topics))
+        .route("/v1/topics/{topic}/records", get(records))
         .with_state(broker)
         .layer(bounds(limits))
 }
@@ -299,6 +301,17 @@ async fn topics(State(broker): Shared) -> Response {
     })
     .await;
     Json(views).into_response()
+}
+
+/// Records by key (`ops/records.rs`).
+async fn records(
+    State(broker): Shared,
+    Path(topic): Path<String>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Response {
+    broker.replica_manager().metrics().http_requests.inc();
+    let b = broker.clone();
+    crate::blocking(move || super::records::answer(&b, &topic, query.as_deref())).await
 }
 
 /// Where the listener is, for the start-up log line and tests.

@@ -9,6 +9,7 @@
 //!   unconsumed record) shared by `/v1/groups`, the metrics and the CLI; and the count of records retention
 //!   deleted before a group consumed them.
 //! - [`http`]: the listener, bounded (connections, request size, time).
+//! - [`records`]: `/v1/topics/{topic}/records?key=`, records by key from the key index (`key.index.enable`).
 //!
 //! Architecture invariant: nothing here is on the produce or fetch path except [`PartitionStats`]' atomics and
 //! `metrics::BrokerMetrics::observe_request`; everything else runs when an operator (or Prometheus) asks.
@@ -18,6 +19,7 @@ pub mod http;
 pub mod lag_health;
 pub mod metrics;
 mod process;
+pub mod records;
 pub mod scrape;
 
 use std::sync::atomic::{AtomicU64, Ordering};

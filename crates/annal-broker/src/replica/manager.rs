@@ -116,6 +116,11 @@ pub(crate) fn partition_config(
     }
 }
 
+/// Log bytes one key index step reads under a partition's lock (about a millisecond of decompression).
+pub const KEY_INDEX_STEP_BYTES: u64 = 256 * 1024;
+/// Log bytes the key index housekeeping reads per tick, over all partitions (the tick is at most a second).
+pub const KEY_INDEX_TICK_BYTES: u64 = 64 << 20;
+
 impl ReplicaManager {
     /// Opens every registered partition's log, each a follower of nobody until the cluster code applies the
     /// metadata image ([`Partition::make_leader`] / [`Partition::make_follower`]).
@@ -611,6 +616,27 @@ impl ReplicaManager {
                 tracing::warn!(partition = %p.name(), error = %e, "flush failed");
             }
         }
+    }
+
+    /// Housekeeping: builds the key index of partitions with `key.index.enable`, in steps of
+    /// [`KEY_INDEX_STEP_BYTES`] (the log lock is released between steps, so produce waits at most one step), at
+    /// most [`KEY_INDEX_TICK_BYTES`] in all per call. Returns the bytes indexed. Blocking.
+    pub fn index_keys(&self) -> u64 {
+        let mut spent = 0u64;
+        let mut partitions = self.all_partitions();
+        while spent < KEY_INDEX_TICK_BYTES && !partitions.is_empty() {
+            partitions.retain(|p| match p.index_keys(KEY_INDEX_STEP_BYTES) {
+                Ok(progress) => {
+                    spent += progress.indexed_bytes;
+                    progress.pending_segments > 0 && progress.indexed_bytes > 0
+                }
+                Err(e) => {
+                    tracing::warn!(partition = %p.name(), error = %e, "building the key index failed");
+                    false
+                }
+            });
+        }
+        spent
     }
 
     /// Housekeeping: applies retention to every partition; returns those whose log start moved. Blocking.

@@ -1165,6 +1165,39 @@ impl Partition {
         self.log.lock().finish_clean(cleaned).map(Some)
     }
 
+    /// Finds records by key with the key index (annal-log's `key_lookup.rs`), as the leader: nothing at or past
+    /// the high watermark is considered (the last stable offset for read_committed), so an answer never holds a
+    /// record that a new leader might not have. Blocking: the log lock is held for the lookup, whose work is
+    /// bounded by its page (and by `LOOKUP_CATCH_UP_BYTES_MAX` of indexing the tail the background has not
+    /// reached).
+    pub fn lookup_key(
+        &self,
+        mut query: annal_log::KeyQuery,
+    ) -> Result<annal_log::KeyLookup, PartitionError> {
+        let hw = self.high_watermark();
+        let state = self.state.read();
+        self.check_leader(&state, -1)?;
+        let mut log = self.log.lock();
+        log.on_high_watermark(hw);
+        let visible = if query.read_committed {
+            log.last_stable_offset(hw)
+        } else {
+            hw
+        };
+        query.upper_offset = Some(query.upper_offset.map_or(visible, |u| u.min(visible)));
+        log.lookup_key(&query)
+            .map_err(|source| PartitionError::Log {
+                partition: self.name(),
+                source,
+            })
+    }
+
+    /// One bounded step of building the key index (`key.index.enable`), about `budget_bytes` of log under the
+    /// lock. Leaders and followers both index what they hold. Blocking.
+    pub fn index_keys(&self, budget_bytes: u64) -> Result<annal_log::KeyIndexProgress, LogError> {
+        self.log.lock().index_keys(budget_bytes)
+    }
+
     /// Deletes segments past `retention.ms`/`retention.bytes`; returns how many. Blocking.
     pub fn apply_retention(&self, now_ms: i64) -> Result<u32, LogError> {
         self.log.lock().apply_retention(now_ms)

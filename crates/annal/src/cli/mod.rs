@@ -1,4 +1,4 @@
-//! The client commands of the `annal` binary: `topic`, `produce`, `consume`, `group`, `producers`, `cluster`.
+//! The client commands of the `annal` binary: `topic`, `produce`, `consume`, `group`, `producers`, `cluster`, `lookup`.
 //! They speak the Kafka protocol, so they work against any Kafka-compatible broker, not only `annal serve`.
 
 pub mod cluster;
@@ -6,6 +6,7 @@ pub mod consume;
 pub mod group;
 pub mod health;
 pub mod lag;
+pub mod lookup;
 pub mod output;
 pub mod produce;
 pub mod producers;
