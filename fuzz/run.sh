@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the cargo-fuzz targets (fuzz/README.md).
 #
-#   fuzz/run.sh [short] [target...]   CI mode (./test.sh): each target for FUZZ_SECONDS (default 15) of fuzzing
+#   fuzz/run.sh [short] [target...]   CI mode (./test.sh): each target for FUZZ_SECONDS (default 10) of fuzzing
 #                                     from its committed corpus; new corpus entries go to a scratch directory, so
 #                                     the committed corpus only changes when someone copies them in (cmin first).
 #   fuzz/run.sh long [target...]      each target for FUZZ_RUNS executions (default 10^7; 10^8 for request_frame,
@@ -62,7 +62,7 @@ for t in "${targets[@]}"; do
   mkdir -p "corpus/$t"
   if [ "$mode" = short ]; then
     out="$scratch/$t"
-    limits=(-max_total_time="${FUZZ_SECONDS:-15}")
+    limits=(-max_total_time="${FUZZ_SECONDS:-10}")
   else
     out="$repo/.cache/fuzz-corpus/$t"
     case "$t" in
