@@ -187,6 +187,11 @@ async fn metrics_and_group_health_over_http() {
         sample(&text, "annal_log_fsync_duration_seconds_count", &[]).unwrap() >= 1.0,
         "{text}"
     );
+    // The last bucket in the exposition's own spelling (Prometheus refuses le="inf").
+    assert!(
+        text.contains("annal_log_fsync_duration_seconds_bucket{le=\"+Inf\"}"),
+        "{text}"
+    );
     assert!(sample(&text, "annal_data_dir_total_bytes", &[]).unwrap() > 0.0);
     assert!(sample(&text, "process_resident_memory_bytes", &[]).unwrap() > 0.0);
     assert!(

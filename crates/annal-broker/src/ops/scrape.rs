@@ -291,12 +291,15 @@ struct FsyncHistogram(annal_log::FsyncSnapshot);
 
 impl EncodeMetric for FsyncHistogram {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
-        encoder.encode_histogram::<NoLabelSet>(
-            self.0.sum_seconds,
-            self.0.count,
-            &self.0.buckets,
-            None,
-        )
+        // prometheus-client writes the bucket bounded by f64::MAX as le="+Inf" (an infinite bound would come out
+        // as "inf", which Prometheus's parser rejects).
+        let buckets: Vec<(f64, u64)> = self
+            .0
+            .buckets
+            .iter()
+            .map(|&(bound, n)| (if bound.is_finite() { bound } else { f64::MAX }, n))
+            .collect();
+        encoder.encode_histogram::<NoLabelSet>(self.0.sum_seconds, self.0.count, &buckets, None)
     }
 
     fn metric_type(&self) -> MetricType {
