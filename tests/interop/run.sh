@@ -55,6 +55,13 @@ if ! command -v kcat > /dev/null && ! command -v kafkacat > /dev/null; then
   fi
 fi
 
+# openssl, for the security tests' certificates (made at test time); without it those tests skip and say why.
+if ! command -v openssl > /dev/null; then
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl; } > "$cache/apt-openssl.log" 2>&1; then
+    echo "interop: could not install openssl with apt (see $cache/apt-openssl.log); the security tests will skip"
+  fi
+fi
+
 python_rc=0
 java_rc=0
 start=$SECONDS
