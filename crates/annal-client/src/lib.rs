@@ -46,6 +46,7 @@ mod codec;
 mod connection;
 pub mod errors;
 mod groups;
+pub mod hex;
 pub mod partitioner;
 
 pub use crate::assignment::{decode_assignment, Assignment};

@@ -82,7 +82,7 @@ pub fn parse_request(raw: Option<&str>) -> Result<RecordsRequest, String> {
         match name {
             "key" => key = Some(value.clone()),
             "key_hex" => {
-                key = Some(hex_decode(&text()?).ok_or("key_hex: not an even number of hex digits")?)
+                key = Some(annal_client::hex::decode(&text()?).ok_or("key_hex: not an even number of hex digits")?)
             }
             "latest" => request.latest = parse_bool(&text()?).ok_or("latest: true or false")?,
             "partition" => {
@@ -164,20 +164,6 @@ fn percent_decode(s: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
-fn hex_decode(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
-fn hex_encode(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Bytes as JSON: the text when it is UTF-8, else hex (the `*_encoding` field says which).
 #[derive(Serialize)]
 struct Bytes {
@@ -192,7 +178,7 @@ fn json_bytes(bytes: &[u8]) -> Bytes {
             encoding: "utf8",
         },
         Err(_) => Bytes {
-            data: hex_encode(bytes),
+            data: annal_client::hex::encode(bytes),
             encoding: "hex",
         },
     }

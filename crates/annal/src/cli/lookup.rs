@@ -98,7 +98,7 @@ struct Bytes {
 impl Bytes {
     fn raw(&self) -> Vec<u8> {
         if self.encoding == "hex" {
-            hex_decode(&self.data).unwrap_or_else(|| self.data.clone().into_bytes())
+            annal_client::hex::decode(&self.data).unwrap_or_else(|| self.data.clone().into_bytes())
         } else {
             self.data.clone().into_bytes()
         }
@@ -137,16 +137,6 @@ struct NotLeader {
 struct Answer {
     partitions: Vec<PartitionAnswer>,
     not_leader: Vec<NotLeader>,
-}
-
-fn hex_decode(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 fn encode_component(bytes: &[u8]) -> String {
@@ -218,7 +208,8 @@ pub async fn run(args: LookupArgs) -> Result<()> {
         bail!("--limit must be between 1 and {LIMIT_MAX}");
     }
     let key = if args.hex {
-        hex_decode(&args.key).ok_or_else(|| anyhow!("--hex: '{}' is not hex digits", args.key))?
+        annal_client::hex::decode(&args.key)
+            .ok_or_else(|| anyhow!("--hex: '{}' is not hex digits", args.key))?
     } else {
         args.key.clone().into_bytes()
     };
