@@ -5,8 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-echo "== cargo: build"
-cargo build --release --locked --bin annal
+# Each step's wall time, printed as it ends (CI keeps only the log of a failed run: this is where its time went).
+suite_start=$SECONDS
+step_start=$SECONDS
+step_done() { echo "== $1: $((SECONDS - step_start)) s (suite: $((SECONDS - suite_start)) s)"; step_start=$SECONDS; }
 
 # The fuzz step (nightly, cargo-fuzz, its own build of the workspace, then each target for a short budget) runs in
 # the background at the lowest CPU priority: it uses the CPU the other steps leave idle (the interop suite mostly
@@ -23,12 +25,19 @@ if [ "${ANNAL_FUZZ:-1}" != 0 ]; then
   trap 'if [ -n "$fuzz_pid" ]; then kill -- "-$fuzz_pid" 2>/dev/null || kill "$fuzz_pid" 2>/dev/null || true; fi' EXIT
 fi
 
+# No separate `cargo build --bin annal` first: the annal crate's integration tests make cargo build the binary
+# (target/release/annal, which the interop step uses) with the test build's dependency features. A plain
+# `cargo build` resolves some shared dependencies (kafka-protocol, openraft, serde, ...) with fewer features, so it
+# compiled the broker and its heaviest dependencies a second time for nothing.
 echo "== cargo: unit and integration tests"
 cargo test --workspace --locked --release 2>&1
+[ -x target/release/annal ] || { echo "test.sh: cargo test did not leave target/release/annal" >&2; exit 1; }
+step_done "cargo test"
 
 if [ -x tests/interop/run.sh ]; then
   echo "== interop: real Kafka clients against a real annal broker"
   ANNAL_BIN="$PWD/target/release/annal" INTEROP_GROUPS=1 INTEROP_CLUSTER=1 tests/interop/run.sh
+  step_done "interop"
 fi
 
 if [ -n "$fuzz_pid" ]; then
@@ -36,6 +45,7 @@ if [ -n "$fuzz_pid" ]; then
   fuzz_rc=0
   wait "$fuzz_pid" || fuzz_rc=$?
   fuzz_pid=""
+  step_done "fuzz (waiting for the background step)"
   cat "$fuzz_log"
   rm -f "$fuzz_log"
   if [ "$fuzz_rc" -ne 0 ]; then
