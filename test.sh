@@ -25,18 +25,20 @@ if [ "${ANNAL_FUZZ:-1}" != 0 ]; then
   trap 'if [ -n "$fuzz_pid" ]; then kill -- "-$fuzz_pid" 2>/dev/null || kill "$fuzz_pid" 2>/dev/null || true; fi' EXIT
 fi
 
-# No separate `cargo build --bin annal` first: the annal crate's integration tests make cargo build the binary
-# (target/release/annal, which the interop step uses) with the test build's dependency features. A plain
+# The `ci` profile (Cargo.toml: release at opt-level 1) keeps compile time, most of this suite's time on CI's two
+# cores, down. No separate `cargo build --bin annal` first: the annal crate's integration tests make cargo build the
+# binary (target/ci/annal, which the interop step uses) with the test build's dependency features; a plain
 # `cargo build` resolves some shared dependencies (kafka-protocol, openraft, serde, ...) with fewer features, so it
 # compiled the broker and its heaviest dependencies a second time for nothing.
 echo "== cargo: unit and integration tests"
-cargo test --workspace --locked --release 2>&1
-[ -x target/release/annal ] || { echo "test.sh: cargo test did not leave target/release/annal" >&2; exit 1; }
+cargo test --workspace --locked --profile ci 2>&1
+annal_bin="$PWD/target/ci/annal"
+[ -x "$annal_bin" ] || { echo "test.sh: cargo test did not leave $annal_bin" >&2; exit 1; }
 step_done "cargo test"
 
 if [ -x tests/interop/run.sh ]; then
   echo "== interop: real Kafka clients against a real annal broker"
-  ANNAL_BIN="$PWD/target/release/annal" INTEROP_GROUPS=1 INTEROP_CLUSTER=1 tests/interop/run.sh
+  ANNAL_BIN="$annal_bin" INTEROP_GROUPS=1 INTEROP_CLUSTER=1 tests/interop/run.sh
   step_done "interop"
 fi
 

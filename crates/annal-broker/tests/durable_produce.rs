@@ -5,6 +5,7 @@
 //!
 //! One test function: the fsync counter is per process, so nothing else may produce meanwhile.
 
+#[path = "integration/common/mod.rs"]
 mod common;
 
 use annal_broker::durable_sync_count;

@@ -1,6 +1,7 @@
 //! Hostile and broken input: the broker answers or closes that one connection, allocates nothing from declared
 //! sizes or counts, and keeps serving everyone else.
 
+#[path = "integration/common/mod.rs"]
 mod common;
 
 use std::time::Duration;

@@ -2,6 +2,7 @@
 //! multi-partition response (several MiB) must hold exactly the bytes of the partitions' log files, with correct
 //! length prefixes and frame size, for non-flexible and flexible versions, also when pipelined.
 
+#[path = "integration/common/mod.rs"]
 mod common;
 
 use bytes::Bytes;

@@ -453,7 +453,7 @@ fn error_listener_not_in_protocol_map() {
 
 #[test]
 fn error_secured_controller_or_inter_broker_listener() {
-    // Client listeners may be secured (tests/security.rs); the node's own connections are PLAINTEXT only.
+    // Client listeners may be secured (tests/integration/security.rs); the node's own connections are PLAINTEXT only.
     let e = error(
         &combined(1).replace("CONTROLLER:PLAINTEXT", "CONTROLLER:SASL_SSL"),
         "listener.security.protocol.map",

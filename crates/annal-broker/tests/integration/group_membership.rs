@@ -1,7 +1,7 @@
 //! The classic group protocol driven through the coordinator's API with real request structs and real time:
 //! joins, rebalances, assignments, member expiry, static membership, leaving.
 
-mod group_support;
+use crate::group_support;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

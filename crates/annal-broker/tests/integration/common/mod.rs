@@ -107,7 +107,7 @@ impl Drop for TestBroker {
     }
 }
 
-/// A byte stream a test client speaks Kafka over: TCP, or TLS over TCP (tests/security.rs).
+/// A byte stream a test client speaks Kafka over: TCP, or TLS over TCP (tests/integration/security.rs).
 pub trait Duplex: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Duplex for T {}
 

@@ -1,6 +1,6 @@
 //! Topic administration over the raw protocol: create, describe, configs, partitions, delete, auto-create.
 
-mod common;
+use crate::common;
 
 use common::*;
 use kafka_protocol::messages::*;

@@ -4,7 +4,7 @@
 //! an unloaded group are answered NOT_COORDINATOR. Driven by the real replica manager's `make_follower` /
 //! `make_leader`, as the cluster code calls them on metadata changes.
 
-mod group_support;
+use crate::group_support;
 
 use std::time::Duration;
 

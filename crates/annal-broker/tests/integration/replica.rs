@@ -2,7 +2,7 @@
 //! OffsetForLeaderEpoch; leadership changes as the cluster code will make them; long polls woken only by their
 //! own partitions.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! recovery), AddPartitionsToTxn, EndTxn, DescribeTransactions, ListTransactions, timeouts, replay after a
 //! restart, and Kafka's error codes for bad sequences.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

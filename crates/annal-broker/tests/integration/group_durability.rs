@@ -1,7 +1,7 @@
 //! Commits and group metadata survive restarts: a clean shutdown, a dropped coordinator (no shutdown), and a
 //! kill -9 of a process that committed. Plus the log rewrite on open and refusing a lowered partition count.
 
-mod group_support;
+use crate::group_support;
 
 use std::io::BufRead;
 use std::path::Path;
@@ -214,7 +214,7 @@ async fn commits_survive_kill_9_of_the_process() {
         .args([
             "--ignored",
             "--exact",
-            "kill_9_child",
+            "group_durability::kill_9_child",
             "--nocapture",
             "--test-threads=1",
         ])

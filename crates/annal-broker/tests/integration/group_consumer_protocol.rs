@@ -1,7 +1,7 @@
 //! The consumer group protocol (KIP-848) through the coordinator's API: server-side assignment, cooperative
 //! reconciliation (revoke first, then assign), fencing, expiry, static members, offsets with member epochs.
 
-mod group_support;
+use crate::group_support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

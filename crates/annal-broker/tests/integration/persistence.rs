@@ -1,6 +1,6 @@
 //! Topics, configs, data and producer ids survive a clean restart and a kill -9 of a broker process.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -38,7 +38,7 @@ fn spawn_child(dir: &Path) -> (Child, SocketAddr) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "broker_child_process",
+            "persistence::broker_child_process",
             "--nocapture",
             "--test-threads=1",
         ])

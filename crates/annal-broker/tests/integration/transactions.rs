@@ -2,7 +2,7 @@
 //! read_committed fetch (stops at the last stable offset, reports aborted transactions), ListOffsets by
 //! isolation level, long polls woken by a marker, and the markers' epoch checks.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,6 @@
 //! Produce, Fetch, ListOffsets, DeleteRecords and idempotent producers over the raw protocol.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

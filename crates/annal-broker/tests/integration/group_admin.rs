@@ -1,6 +1,6 @@
 //! FindCoordinator, DescribeGroups of unknown groups, ListGroups type filters, and the advertised versions.
 
-mod group_support;
+use crate::group_support;
 
 use annal_broker::group::{GroupCoordinator, NodeInfo};
 use group_support::*;

@@ -1,7 +1,7 @@
 //! Every (API, version) that ApiVersions advertises is exercised here with a real request and must answer
 //! successfully: "advertise exactly what is implemented and tested".
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 
@@ -299,7 +299,7 @@ async fn every_advertised_version_answers() {
     }
 
     {
-        // After the offset checks above. A COMMIT marker for a producer the partition has not seen: written (see tests/transactions.rs).
+        // After the offset checks above. A COMMIT marker for a producer the partition has not seen: written (see transactions.rs).
         let req = WriteTxnMarkersRequest::default().with_markers(vec![
             write_txn_markers_request::WritableTxnMarker::default()
                 .with_producer_id(ProducerId(4242))
@@ -351,7 +351,7 @@ async fn every_advertised_version_answers() {
     common::group_versions::exercise_group_apis(&mut c, T, &mut tested).await;
     common::txn::exercise_txn_apis(&mut c, T, &mut tested).await;
 
-    // SASL on a PLAINTEXT listener: Kafka answers ILLEGAL_SASL_STATE (the exchanges: tests/security.rs).
+    // SASL on a PLAINTEXT listener: Kafka answers ILLEGAL_SASL_STATE (the exchanges: security.rs).
     for v in 0..=1 {
         let resp = c
             .call(

@@ -2,7 +2,7 @@
 //! transaction's marker, committed on COMMIT, dropped on ABORT, still pending after a restart (replayed from the
 //! producer's transactional batches), and fenced producers refused by the log.
 
-mod group_support;
+use crate::group_support;
 
 use group_support::*;
 use kafka_protocol::messages::*;

@@ -3,7 +3,7 @@
 //! wrong mechanisms, oversized tokens, requests before authentication, SCRAM credentials kept in the metadata
 //! log across a restart, and the start-up errors of bad security settings.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! Committed offsets through the coordinator's API: standalone and member commits, fetch (one group and several
 //! per request), metadata round-trip, OffsetDelete, DeleteGroups, retention, independent groups.
 
-mod group_support;
+use crate::group_support;
 
 use std::time::Duration;
 
