@@ -149,6 +149,8 @@ pub struct ProduceResult {
 #[derive(Debug)]
 pub struct FetchedPartition {
     pub partition: i32,
+    /// The broker (partition leader) that answered, for error messages.
+    pub leader: i32,
     pub error_code: i16,
     pub records: Option<Bytes>,
 }
@@ -704,6 +706,7 @@ impl Client {
                 for p in t.partitions {
                     out.push(FetchedPartition {
                         partition: p.partition_index,
+                        leader,
                         error_code: p.error_code,
                         records: p.records,
                     });
