@@ -41,6 +41,15 @@ impl Progress {
         }
     }
 
+    /// No progress at all (e.g. while the user types the input).
+    pub fn off() -> Progress {
+        Progress {
+            mode: Mode::Off,
+            last_draw: None,
+            drawn: false,
+        }
+    }
+
     /// Shows the line `describe` builds, unless one was shown less than `REDRAW_INTERVAL` ago. The line is only
     /// built when it will be shown.
     pub fn update(&mut self, describe: impl FnOnce() -> String) {
@@ -99,7 +108,7 @@ pub fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
