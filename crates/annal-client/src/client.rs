@@ -533,7 +533,7 @@ impl Client {
                         }
                         code if errors::is_retriable(code) => retry.push((p.partition_index, code)),
                         code => bail!(
-                            "cannot list offsets of partition {} of topic '{}': {}",
+                            "cannot list offsets of partition {} of topic '{}' at broker {leader}: {}",
                             p.partition_index,
                             topic.name,
                             error_name(code)
@@ -549,8 +549,14 @@ impl Client {
                 if code == errors::UNKNOWN_TOPIC_OR_PARTITION {
                     return Err(errors::topic_missing(&topic.name));
                 }
+                let leader = topic
+                    .partitions
+                    .iter()
+                    .find(|m| m.index == p)
+                    .map_or(-1, |m| m.leader);
                 bail!(
-                    "cannot list offsets of partition {p} of topic '{}': {} (still, after {ATTEMPTS} attempts)",
+                    "cannot list offsets of partition {p} of topic '{}' at broker {leader}: {} (still, after \
+                     {ATTEMPTS} attempts); check the partition's leader with `annal cluster health`",
                     topic.name,
                     error_name(code)
                 );
@@ -697,7 +703,7 @@ impl Client {
             };
             if response.error_code != 0 {
                 bail!(
-                    "broker refused Fetch for topic '{}': {}",
+                    "broker {leader} refused Fetch for topic '{}': {}",
                     topic.name,
                     error_name(response.error_code)
                 );

@@ -313,10 +313,25 @@ async fn send_with_retries(
                         topic.name, topic.name
                     )
                 }
+                // NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                19 | 20 => format!(
+                    "; fewer replicas are in sync than the topic's min.insync.replicas: see which broker is down \
+                     with `annal cluster health`, or produce with --acks 1 (see `annal topic describe {}`)",
+                    topic.name
+                ),
+                code if errors::is_retriable(code) => format!(
+                    " (still, after {MAX_ATTEMPTS} attempts); check the partition's leader with \
+                     `annal cluster health`"
+                ),
                 _ => String::new(),
             };
+            let leader = topic
+                .partitions
+                .iter()
+                .find(|m| m.index == r.partition)
+                .map_or(-1, |m| m.leader);
             bail!(
-                "the broker rejected records for partition {} of topic '{}': {what}{hint}",
+                "broker {leader} rejected records for partition {} of topic '{}': {what}{hint}",
                 r.partition,
                 topic.name
             );

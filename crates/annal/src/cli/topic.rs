@@ -286,6 +286,15 @@ pub async fn run(args: TopicArgs) -> Result<()> {
                 bail!("nothing to change: give -c KEY=VALUE or --delete-config KEY, e.g. `annal topic alter {name} -c retention.ms=3600000`");
             }
             client.alter_topic_configs(&name, &configs, &delete).await?;
+            // The controller applies the change and this broker learns it from the metadata log a moment
+            // later: wait (bounded) until it shows, so the next `describe` or produce sees it.
+            if !wait_for_configs(&mut client, &name, &configs, &delete).await? {
+                eprintln!(
+                    "note: the change was accepted but broker at {} does not show it yet; check with \
+                     `annal topic describe {name}` in a moment",
+                    args.broker.brokers
+                );
+            }
             let mut changes: Vec<String> =
                 configs.iter().map(|(k, v)| format!("{k}={v}")).collect();
             changes.extend(delete.iter().map(|k| format!("{k} (reset to default)")));
@@ -327,6 +336,31 @@ pub async fn run(args: TopicArgs) -> Result<()> {
         }
     }
     finish(out)
+}
+
+/// Polls the topic's configs until every set value and removed override shows; false if it never did.
+async fn wait_for_configs(
+    client: &mut annal_client::Client,
+    name: &str,
+    set: &[(String, String)],
+    deleted: &[String],
+) -> Result<bool> {
+    const POLLS: u32 = 50; // 5 s
+    for _ in 0..POLLS {
+        let configs = client.describe_topic_configs(name).await?;
+        let shows = |key: &str| configs.iter().find(|c| c.name == key);
+        let set_visible = set.iter().all(|(k, v)| {
+            shows(k).is_some_and(|c| c.sensitive || c.value.as_deref() == Some(v.as_str()))
+        });
+        let deleted_visible = deleted
+            .iter()
+            .all(|k| shows(k).is_none_or(|c| c.source != ConfigSource::TopicOverride));
+        if set_visible && deleted_visible {
+            return Ok(true);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Ok(false)
 }
 
 fn finish(out: String) -> Result<()> {
