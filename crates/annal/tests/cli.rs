@@ -4,7 +4,7 @@
 //! (e.g. Apache Kafka, to check that the CLI behaves the same there). Topic names are unique per run, so a shared
 //! broker is fine.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -1000,5 +1000,103 @@ fn progress_shows_on_stderr_when_asked() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    broker.delete_quietly(&topic);
+}
+
+/// `consume -G` joins a group next to librdkafka (kcat's balanced consumer): both offer Kafka's `range`
+/// assignor, so they share the partitions two and two, whichever of them leads. Skipped where kcat is missing
+/// (CI installs it from Debian).
+#[test]
+fn group_member_shares_a_group_with_kcat() {
+    if Command::new("kcat").arg("-V").output().is_err() {
+        eprintln!("kcat is not installed; skipping");
+        return;
+    }
+    let broker = Broker::start();
+    let topic = unique_topic("withkcat");
+    let group = unique_topic("g");
+    broker.ok(&["topic", "create", &topic, "-p", "4"], "");
+    // Null until the group exists (describe fails for a group nobody has joined yet).
+    let describe = || -> Value {
+        let out = broker.run(&["group", "describe", &group, "--format", "json"], "");
+        if !out.status.success() {
+            return Value::Null;
+        }
+        serde_json::from_slice(&out.stdout).expect("JSON")
+    };
+    // Each member's assignment of the topic, by client id, once the group is stable with `members` members.
+    let wait_for_members = |members: usize| -> BTreeMap<String, Vec<i64>> {
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            let d = describe();
+            let assignments: BTreeMap<String, Vec<i64>> = d["members"]
+                .as_array()
+                .map(|ms| {
+                    ms.iter()
+                        .map(|m| {
+                            let parts = m["assignment"][topic.as_str()]
+                                .as_array()
+                                .map(|ps| ps.iter().filter_map(Value::as_i64).collect())
+                                .unwrap_or_default();
+                            (
+                                m["client_id"].as_str().unwrap_or_default().to_string(),
+                                parts,
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let total: usize = assignments.values().map(Vec::len).sum();
+            if d["state"] == "Stable" && assignments.len() == members && total == 4 {
+                return assignments;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the group did not settle with {members} members: {d}"
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    };
+    let mut kcat = Command::new("kcat")
+        .args([
+            "-q",
+            "-b",
+            &broker.addr,
+            "-G",
+            &group,
+            &topic,
+            "-f",
+            "%p\\n",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn kcat");
+    let alone = wait_for_members(1);
+    assert_eq!(alone.get("rdkafka").map(Vec::len), Some(4), "{alone:?}");
+    let mut annal = Command::new(ANNAL)
+        .args([
+            "consume",
+            &topic,
+            "-G",
+            &group,
+            "--follow",
+            "-b",
+            &broker.addr,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn annal consume -G");
+    let shared = wait_for_members(2);
+    for child in [&mut kcat, &mut annal] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let mut all: Vec<i64> = shared.values().flatten().copied().collect();
+    all.sort_unstable();
+    assert_eq!(all, [0, 1, 2, 3], "{shared:?}");
+    assert_eq!(shared.get("annal-cli").map(Vec::len), Some(2), "{shared:?}");
+    assert_eq!(shared.get("rdkafka").map(Vec::len), Some(2), "{shared:?}");
     broker.delete_quietly(&topic);
 }
