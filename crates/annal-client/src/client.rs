@@ -149,6 +149,8 @@ pub struct ProduceResult {
 #[derive(Debug)]
 pub struct FetchedPartition {
     pub partition: i32,
+    /// The broker (partition leader) that answered, for error messages.
+    pub leader: i32,
     pub error_code: i16,
     pub records: Option<Bytes>,
 }
@@ -531,7 +533,7 @@ impl Client {
                         }
                         code if errors::is_retriable(code) => retry.push((p.partition_index, code)),
                         code => bail!(
-                            "cannot list offsets of partition {} of topic '{}': {}",
+                            "cannot list offsets of partition {} of topic '{}' at broker {leader}: {}",
                             p.partition_index,
                             topic.name,
                             error_name(code)
@@ -547,8 +549,14 @@ impl Client {
                 if code == errors::UNKNOWN_TOPIC_OR_PARTITION {
                     return Err(errors::topic_missing(&topic.name));
                 }
+                let leader = topic
+                    .partitions
+                    .iter()
+                    .find(|m| m.index == p)
+                    .map_or(-1, |m| m.leader);
                 bail!(
-                    "cannot list offsets of partition {p} of topic '{}': {} (still, after {ATTEMPTS} attempts)",
+                    "cannot list offsets of partition {p} of topic '{}' at broker {leader}: {} (still, after \
+                     {ATTEMPTS} attempts); check the partition's leader with `annal cluster health`",
                     topic.name,
                     error_name(code)
                 );
@@ -695,7 +703,7 @@ impl Client {
             };
             if response.error_code != 0 {
                 bail!(
-                    "broker refused Fetch for topic '{}': {}",
+                    "broker {leader} refused Fetch for topic '{}': {}",
                     topic.name,
                     error_name(response.error_code)
                 );
@@ -704,6 +712,7 @@ impl Client {
                 for p in t.partitions {
                     out.push(FetchedPartition {
                         partition: p.partition_index,
+                        leader,
                         error_code: p.error_code,
                         records: p.records,
                     });

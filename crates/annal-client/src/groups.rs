@@ -13,10 +13,11 @@ use anyhow::{anyhow, bail, Context, Result};
 use kafka_protocol::messages::{
     describe_producers_request::TopicRequest,
     offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic},
+    offset_delete_request::{OffsetDeleteRequestPartition, OffsetDeleteRequestTopic},
     offset_fetch_request::OffsetFetchRequestGroup,
     ApiKey, ConsumerGroupDescribeRequest, DeleteGroupsRequest, DescribeGroupsRequest,
     DescribeProducersRequest, FindCoordinatorRequest, GroupId, ListGroupsRequest,
-    OffsetCommitRequest, OffsetFetchRequest,
+    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -39,6 +40,7 @@ mod versions {
     pub const OFFSET_COMMIT: (i16, i16) = (2, 9);
     pub const DELETE_GROUPS: (i16, i16) = (0, 2);
     pub const DESCRIBE_PRODUCERS: (i16, i16) = (0, 0);
+    pub const OFFSET_DELETE: (i16, i16) = (0, 0);
 }
 
 /// FindCoordinator key type of a consumer group.
@@ -56,6 +58,7 @@ pub const REBALANCE_IN_PROGRESS: i16 = 27;
 pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
 pub const NON_EMPTY_GROUP: i16 = 68;
 pub const GROUP_ID_NOT_FOUND: i16 = 69;
+pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 
 /// The coordinator is somewhere else or not ready yet: find it again and retry.
 fn coordinator_moved(code: i16) -> bool {
@@ -596,6 +599,55 @@ impl Client {
         Ok(out)
     }
 
+    /// OffsetDelete: removes the group's committed offsets for these partitions of `topic`. Kafka refuses it
+    /// (GROUP_SUBSCRIBED_TO_TOPIC per partition) while an active member is subscribed to the topic. Returns the
+    /// group-level error code (0 = none) and each partition's error code (0 = deleted).
+    pub async fn delete_offsets(
+        &mut self,
+        group: &str,
+        topic: &str,
+        partitions: &[i32],
+    ) -> Result<(i16, BTreeMap<i32, i16>)> {
+        for attempt in 1..=COORDINATOR_ATTEMPTS {
+            let (conn, coordinator) = self.coordinator_conn(group).await?;
+            if conn
+                .pick_version(ApiKey::OffsetDelete, versions::OFFSET_DELETE)
+                .is_err()
+            {
+                bail!(
+                    "the coordinator of group '{group}' (broker {}) does not support OffsetDelete (Kafka 2.4+, \
+                     KIP-496); delete the whole group with `annal group delete {group}` instead",
+                    coordinator.node_id
+                );
+            }
+            let request = OffsetDeleteRequest::default()
+                .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+                .with_topics(vec![OffsetDeleteRequestTopic::default()
+                    .with_name(topic_name(topic))
+                    .with_partitions(
+                        partitions
+                            .iter()
+                            .map(|&p| {
+                                OffsetDeleteRequestPartition::default().with_partition_index(p)
+                            })
+                            .collect(),
+                    )]);
+            let (response, _) = conn.send(&request, versions::OFFSET_DELETE).await?;
+            if coordinator_moved(response.error_code) && attempt < COORDINATOR_ATTEMPTS {
+                tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
+                continue;
+            }
+            let results = response
+                .topics
+                .into_iter()
+                .flat_map(|t| t.partitions)
+                .map(|p| (p.partition_index, p.error_code))
+                .collect();
+            return Ok((response.error_code, results));
+        }
+        unreachable!("the last attempt returns")
+    }
+
     /// DescribeProducers for the given partitions, asking each partition's leader (only the leader keeps the
     /// producer state). Per partition: the active producers, or the broker's error.
     pub async fn describe_producers(
@@ -678,6 +730,10 @@ pub fn group_error(group: &str, code: i16) -> String {
             "group '{group}' has active members ({}); offsets can only be changed while the group is empty: \
              stop its consumers first",
             error_name(code)
+        ),
+        GROUP_SUBSCRIBED_TO_TOPIC => format!(
+            "an active member of group '{group}' is subscribed to the topic (GROUP_SUBSCRIBED_TO_TOPIC); \
+             stop its consumers first (see them with `annal group describe {group}`)"
         ),
         errors::UNKNOWN_TOPIC_OR_PARTITION => {
             "the topic or partition does not exist (UNKNOWN_TOPIC_OR_PARTITION)".to_string()

@@ -8,9 +8,12 @@
 //!   picks the highest version both sides speak, [`Connection::send_version`] uses the caller's. Responses are
 //!   bounded by [`ConnectionOptions::max_response_bytes`]; any failure mid-exchange closes the connection and
 //!   the caller reconnects (see [`Connection`]).
-//! - [`Client`]: a cluster client over connections: topic admin, ListOffsets, Produce and Fetch routed to
-//!   partition leaders, consumer group administration, and cluster description ([`Client::describe_cluster`],
-//!   [`Client::describe_quorum`]).
+//! - [`Client`]: a cluster client over connections: topic admin (partitions added with
+//!   [`Client::create_partitions`], records trimmed with [`Client::delete_records`]), ListOffsets, Produce and
+//!   Fetch routed to partition leaders, consumer group administration, and cluster description
+//!   ([`Client::describe_cluster`], [`Client::describe_quorum`]).
+//! - [`GroupConsumer`]: one member of a classic consumer group (JoinGroup, SyncGroup, Heartbeat, OffsetCommit,
+//!   LeaveGroup) with Kafka's range assignor ([`range_assign`]); the caller fetches what it is assigned.
 //!
 //! Around them: record batches ([`encode_batch`], [`decode_fetched`], with decompression bounded per batch so a
 //! small hostile batch cannot expand to gigabytes), consumer assignments ([`decode_assignment`], counts checked
@@ -45,8 +48,10 @@ mod cluster;
 mod codec;
 mod connection;
 pub mod errors;
+mod group_consumer;
 mod groups;
 pub mod hex;
+mod partition_admin;
 pub mod partitioner;
 
 pub use crate::assignment::{decode_assignment, Assignment};
@@ -59,7 +64,11 @@ pub use crate::client::{
 };
 pub use crate::cluster::{ClusterBroker, ClusterDescription, QuorumDescription, QuorumReplica};
 pub use crate::connection::{pick_common_version, Connection, ConnectionOptions};
+pub use crate::group_consumer::{
+    range_assign, GroupConsumer, GroupConsumerOptions, Membership, RANGE_ASSIGNOR,
+};
 pub use crate::groups::{
     group_error, CommittedOffset, Coordinator, GroupDescription, GroupMember, GroupOffsets,
     ListedGroup, MemberAssignment, ProducerInfo,
 };
+pub use crate::partition_admin::{delete_records_error, DeletedRecords};

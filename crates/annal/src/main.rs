@@ -16,6 +16,7 @@ use clap::{Parser, Subcommand};
   annal topic create orders -p 3
   printf 'k1:hello\\nk2:world\\n' | annal produce orders --key-separator :
   annal consume orders --from-beginning
+  annal consume orders -o -5 --format '%p:%o %k=%v\\n'   # the last 5 records of each partition
   annal topic describe orders -b 127.0.0.1:9092        # any Kafka-protocol broker works
   annal group describe billing                         # members, committed offsets, lag
   annal producers orders
@@ -53,13 +54,13 @@ enum Command {
         #[arg(long)]
         cluster_id: Option<String>,
     },
-    /// Create, list, describe, alter and delete topics.
+    /// Create, list, describe, alter, delete, grow and trim topics.
     Topic(cli::topic::TopicArgs),
     /// Write records read from stdin, one per line.
     Produce(cli::produce::ProduceArgs),
-    /// Read records and print them.
+    /// Read records and print them (alone or as a consumer group member).
     Consume(cli::consume::ConsumeArgs),
-    /// List, describe (members, lag, retention risk), reset offsets of and delete consumer groups.
+    /// List, describe (members, lag, retention risk), reset or delete offsets of, and delete consumer groups.
     Group(cli::group::GroupArgs),
     /// Show the producers writing to a topic's partitions (DescribeProducers).
     Producers(cli::producers::ProducersArgs),
@@ -235,13 +236,22 @@ mod tests {
         };
         assert_eq!(
             (c.partition, c.offset, c.count),
-            (Some(1), Some(5), Some(3))
+            (Some(1), Some(cli::consume::StartOffset::At(5)), Some(3))
         );
-        assert_eq!(c.format, cli::output::Format::Json);
+        assert_eq!(
+            c.format,
+            cli::consume::RecordFormat::Builtin(cli::output::Format::Json)
+        );
         assert!(!c.follow && !c.from_beginning);
         assert!(parse(&["consume", "t", "--from-beginning", "--offset", "1"]).is_err());
         assert!(parse(&["consume", "t", "--offset", "1", "--timestamp", "5"]).is_err());
-        assert!(parse(&["consume", "t", "--offset", "-1"]).is_err());
+        // `-o -N` is the last N records; `-o -0` means nothing.
+        let Command::Consume(c) = parse(&["consume", "t", "-o", "-3"]).unwrap().command else {
+            panic!()
+        };
+        assert_eq!(c.offset, Some(cli::consume::StartOffset::Last(3)));
+        assert!(parse(&["consume", "t", "--offset", "-0"]).is_err());
+        assert!(parse(&["consume", "t", "-G", "g", "-p", "1"]).is_err());
         assert!(parse(&["consume", "t", "--from-beginning", "--follow"]).is_ok());
     }
 

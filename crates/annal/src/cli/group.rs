@@ -1,4 +1,4 @@
-//! `annal group list|describe|reset-offsets|delete`: consumer groups, their members, committed offsets and lag.
+//! `annal group list|describe|reset-offsets|delete|delete-offsets|health`: consumer groups, their members, committed offsets and lag.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -24,6 +24,7 @@ use annal_client::{Client, EARLIEST, LATEST};
   annal group reset-offsets billing --topic orders --to-earliest             # dry run: prints the plan
   annal group reset-offsets billing --topic orders --to-earliest --execute
   annal group delete billing old-billing
+  annal group delete-offsets billing --topic old-orders
   annal group health                          # exit 1 if a group is WARN or ERR, or close to losing records")]
 pub struct GroupArgs {
     #[command(flatten)]
@@ -139,6 +140,27 @@ back), or a retention warning. See https://github.com/linkedin/Burrow/wiki/Consu
         #[arg(required = true, num_args = 1..)]
         groups: Vec<String>,
     },
+    /// Delete a group's committed offsets for a topic (OffsetDelete).
+    ///
+    /// Kafka refuses it while an active member of the group is subscribed to the topic.
+    #[command(after_help = "Examples:
+  annal group delete-offsets billing --topic old-orders             # every partition with an offset
+  annal group delete-offsets billing --topic orders --partition 3")]
+    DeleteOffsets {
+        /// Group id.
+        group: String,
+        /// Topic whose offsets to delete.
+        #[arg(short = 't', long, value_name = "TOPIC")]
+        topic: String,
+        /// Only these partitions (repeat or comma-separate; default: every partition the group has an offset for).
+        #[arg(
+            short = 'p',
+            long = "partition",
+            value_name = "P",
+            value_delimiter = ','
+        )]
+        partitions: Vec<i32>,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -203,6 +225,14 @@ pub async fn run(args: GroupArgs) -> Result<()> {
         GroupCommand::Health { .. } => unreachable!("answered above"),
         GroupCommand::ResetOffsets(reset) => reset_offsets(&mut client, &reset, &mut out).await,
         GroupCommand::Delete { groups } => delete(&mut client, &groups, &mut out).await,
+        GroupCommand::DeleteOffsets {
+            group,
+            topic,
+            partitions,
+        } => {
+            super::group_offsets::delete_offsets(&mut client, &group, &topic, &partitions, &mut out)
+                .await
+        }
     };
     // Print what was gathered even when a later step failed (e.g. some groups deleted, one refused).
     let mut stdout = std::io::stdout().lock();

@@ -4,13 +4,18 @@
 pub mod cluster;
 pub mod consume;
 pub mod group;
+pub mod group_offsets;
 pub mod health;
 pub mod lag;
 pub mod lookup;
 pub mod output;
 pub mod produce;
 pub mod producers;
+pub mod progress;
+pub mod template;
+pub mod time;
 pub mod topic;
+pub mod topic_partitions;
 
 use anyhow::{anyhow, Result};
 

@@ -1,14 +1,15 @@
 //! `annal produce TOPIC`: one record per stdin line, batched, partitioned like Kafka's default partitioner.
 
 use std::collections::BTreeMap;
-use std::io::BufRead;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::io::{BufRead, IsTerminal};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
 use kafka_protocol::records::Compression;
 
+use super::progress::{thousands, Progress};
 use super::{connect, parse_key_value, BrokerArgs};
 use crate::partitioner::Partitioner;
 use annal_client::errors::{self, describe};
@@ -169,6 +170,13 @@ pub async fn run(args: ProduceArgs) -> Result<()> {
     // Per partition: records sent, and the first and last offsets the broker assigned (unknown with acks=0).
     let mut per_partition: BTreeMap<i32, (u64, Option<(i64, i64)>)> = BTreeMap::new();
     let mut total: u64 = 0;
+    // Piped input (a file, another command) shows how far it got; typed input would be overwritten by it.
+    let mut progress = if std::io::stdin().is_terminal() {
+        Progress::off()
+    } else {
+        Progress::for_stderr()
+    };
+    let started = Instant::now();
     while let Some(first) = rx.recv().await {
         let mut lines = vec![first.context("cannot read stdin")?];
         let mut bytes = lines[0].len();
@@ -224,7 +232,17 @@ pub async fn run(args: ProduceArgs) -> Result<()> {
             }
             total += n;
         }
+        progress.update(|| {
+            let rate = total as f64 / started.elapsed().as_secs_f64().max(0.001);
+            format!(
+                "produced {} records to '{}' ({}/s)",
+                thousands(total),
+                args.topic,
+                thousands(rate as u64)
+            )
+        });
     }
+    progress.clear();
 
     let breakdown: Vec<String> = per_partition
         .iter()
@@ -295,10 +313,25 @@ async fn send_with_retries(
                         topic.name, topic.name
                     )
                 }
+                // NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                19 | 20 => format!(
+                    "; fewer replicas are in sync than the topic's min.insync.replicas: see which broker is down \
+                     with `annal cluster health`, or produce with --acks 1 (see `annal topic describe {}`)",
+                    topic.name
+                ),
+                code if errors::is_retriable(code) => format!(
+                    " (still, after {MAX_ATTEMPTS} attempts); check the partition's leader with \
+                     `annal cluster health`"
+                ),
                 _ => String::new(),
             };
+            let leader = topic
+                .partitions
+                .iter()
+                .find(|m| m.index == r.partition)
+                .map_or(-1, |m| m.leader);
             bail!(
-                "the broker rejected records for partition {} of topic '{}': {what}{hint}",
+                "broker {leader} rejected records for partition {} of topic '{}': {what}{hint}",
                 r.partition,
                 topic.name
             );

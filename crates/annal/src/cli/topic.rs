@@ -1,14 +1,17 @@
-//! `annal topic create|list|describe|alter|delete`.
+//! `annal topic create|list|describe|alter|delete|add-partitions|trim`.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
 
 use anyhow::{bail, Result};
-use clap::{Args, Subcommand};
+use clap::{ArgGroup, Args, Subcommand};
+use serde_json::{json, Value};
 
-use super::output::print_table;
+use super::output::{print_table, ReportFormat};
+use super::time::parse_time;
+use super::topic_partitions::{self, parse_trim_offset, TrimOffset, TrimTarget};
 use super::{connect, parse_key_value, BrokerArgs};
-use annal_client::{ConfigSource, EARLIEST, LATEST};
+use annal_client::{ConfigEntry, ConfigSource, ListedOffset, TopicMetadata, EARLIEST, LATEST};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -17,7 +20,9 @@ use annal_client::{ConfigSource, EARLIEST, LATEST};
   annal topic describe orders
   annal topic alter orders -c retention.ms=3600000
   annal topic delete orders
-  annal topic list -b kafka-1:9092")]
+  annal topic add-partitions orders --to 6
+  annal topic trim orders --before -7d
+  annal topic list -b kafka-1:9092 --format json")]
 pub struct TopicArgs {
     #[command(flatten)]
     pub broker: BrokerArgs,
@@ -48,18 +53,25 @@ pub enum TopicCommand {
     /// List topic names, one per line.
     #[command(after_help = "Examples:
   annal topic list
-  annal topic list --all          # include internal topics such as __consumer_offsets")]
+  annal topic list --all          # include internal topics such as __consumer_offsets
+  annal topic list --format json  # name, id, partitions, replication factor, internal")]
     List {
         /// Include internal topics.
         #[arg(long)]
         all: bool,
+        /// text: one name per line; json: one array of objects.
+        #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+        format: ReportFormat,
     },
     /// Show a topic's partitions (leader, replicas, earliest and latest offsets) and configs.
     #[command(after_help = "Examples:
-  annal topic describe orders")]
+  annal topic describe orders
+  annal topic describe orders --format json | jq '.partitions[].latest'")]
     Describe {
         /// Topic name.
         name: String,
+        #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+        format: ReportFormat,
     },
     /// Change a topic's configs.
     #[command(after_help = "Examples:
@@ -82,6 +94,54 @@ pub enum TopicCommand {
     Delete {
         /// Topic name.
         name: String,
+    },
+    /// Add partitions to a topic (CreatePartitions). Kafka cannot remove partitions.
+    #[command(after_help = "Examples:
+  annal topic add-partitions orders --to 12
+
+Records with a key are placed by hash modulo the partition count, so after growing a topic a key's new
+records may go to another partition than its old ones.")]
+    AddPartitions {
+        /// Topic name.
+        name: String,
+        /// The topic's new total number of partitions (more than it has now).
+        #[arg(long = "to", value_name = "N", value_parser = clap::value_parser!(i32).range(1..))]
+        to: i32,
+    },
+    /// Delete the oldest records of partitions (DeleteRecords): each partition's log start moves forward.
+    #[command(
+        group(ArgGroup::new("trim_to").required(true).args(["offset", "before"])),
+        after_help = "Examples:
+  annal topic trim orders -p 0 --offset 1000      # partition 0 now starts at offset 1000
+  annal topic trim orders --before -7d            # every partition: records older than a week
+  annal topic trim orders --before 2026-11-30T00:00:00Z --dry-run
+  annal topic trim orders --offset end            # delete every record, keep the topic
+
+Prints, per partition, the log start before and after and how many records (offsets) were removed. Consumers
+whose position is below the new log start continue from it (auto.offset.reset)."
+    )]
+    Trim {
+        /// Topic name.
+        name: String,
+        /// Only these partitions (repeat or comma-separate; default: all).
+        #[arg(
+            short = 'p',
+            long = "partition",
+            value_name = "P",
+            value_delimiter = ','
+        )]
+        partitions: Vec<i32>,
+        /// The new log start offset: records below it are deleted (`end`: all records).
+        #[arg(long, value_name = "OFFSET", value_parser = parse_trim_offset)]
+        offset: Option<TrimOffset>,
+        /// Delete the records before the first one at or after TIME (ms, RFC 3339 or relative, e.g. -7d).
+        #[arg(long, value_name = "TIME", allow_hyphen_values = true, value_parser = parse_time)]
+        before: Option<i64>,
+        /// Only print what would be removed.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+        format: ReportFormat,
     },
 }
 
@@ -114,26 +174,47 @@ pub async fn run(args: TopicArgs) -> Result<()> {
                     .unwrap_or_default()
             )?;
         }
-        TopicCommand::List { all } => {
+        TopicCommand::List { all, format } => {
             let mut topics = client.metadata(None).await?;
             topics.sort_by(|a, b| a.1.name.cmp(&b.1.name));
-            for (_, t) in topics {
-                if all || !t.internal {
-                    writeln!(out, "{}", t.name)?;
+            let shown = topics.iter().map(|(_, t)| t).filter(|t| all || !t.internal);
+            match format {
+                ReportFormat::Text => {
+                    for t in shown {
+                        writeln!(out, "{}", t.name)?;
+                    }
+                }
+                ReportFormat::Json => {
+                    let list: Vec<Value> = shown
+                        .map(|t| {
+                            json!({
+                                "name": t.name,
+                                "id": (!t.id.is_nil()).then(|| t.id.to_string()),
+                                "partitions": t.partitions.len(),
+                                "replication_factor": replication_factor(t),
+                                "internal": t.internal,
+                            })
+                        })
+                        .collect();
+                    writeln!(out, "{}", Value::Array(list))?;
                 }
             }
         }
-        TopicCommand::Describe { name } => {
+        TopicCommand::Describe { name, format } => {
             let meta = client.topic(&name).await?;
             let indexes: Vec<i32> = meta.partitions.iter().map(|p| p.index).collect();
             let earliest = client.list_offsets(&meta, &indexes, EARLIEST).await?;
             let latest = client.list_offsets(&meta, &indexes, LATEST).await?;
             let configs = client.describe_topic_configs(&name).await?;
-            let rf = meta
-                .partitions
-                .first()
-                .map(|p| p.replicas.len())
-                .unwrap_or(0);
+            if format == ReportFormat::Json {
+                writeln!(
+                    out,
+                    "{}",
+                    describe_json(&meta, &earliest, &latest, &configs)
+                )?;
+                return finish(out);
+            }
+            let rf = replication_factor(&meta);
             writeln!(out, "Topic: {}", meta.name)?;
             if !meta.id.is_nil() {
                 writeln!(out, "Id: {}", meta.id)?;
@@ -205,6 +286,15 @@ pub async fn run(args: TopicArgs) -> Result<()> {
                 bail!("nothing to change: give -c KEY=VALUE or --delete-config KEY, e.g. `annal topic alter {name} -c retention.ms=3600000`");
             }
             client.alter_topic_configs(&name, &configs, &delete).await?;
+            // The controller applies the change and this broker learns it from the metadata log a moment
+            // later: wait (bounded) until it shows, so the next `describe` or produce sees it.
+            if !wait_for_configs(&mut client, &name, &configs, &delete).await? {
+                eprintln!(
+                    "note: the change was accepted but broker at {} does not show it yet; check with \
+                     `annal topic describe {name}` in a moment",
+                    args.broker.brokers
+                );
+            }
             let mut changes: Vec<String> =
                 configs.iter().map(|(k, v)| format!("{k}={v}")).collect();
             changes.extend(delete.iter().map(|k| format!("{k} (reset to default)")));
@@ -214,11 +304,118 @@ pub async fn run(args: TopicArgs) -> Result<()> {
             client.delete_topic(&name).await?;
             writeln!(out, "deleted topic '{name}'")?;
         }
+        TopicCommand::AddPartitions { name, to } => {
+            topic_partitions::add_partitions(&mut client, &name, to, &mut out).await?;
+        }
+        TopicCommand::Trim {
+            name,
+            partitions,
+            offset,
+            before,
+            dry_run,
+            format,
+        } => {
+            let target = match (offset, before) {
+                (Some(o), _) => TrimTarget::Offset(o),
+                (None, Some(t)) => TrimTarget::Before(t),
+                (None, None) => unreachable!("clap requires --offset or --before"),
+            };
+            // The table is printed even when some partitions failed, then the error.
+            let result = topic_partitions::trim(
+                &mut client,
+                &name,
+                &partitions,
+                target,
+                dry_run,
+                format,
+                &mut out,
+            )
+            .await;
+            finish(out)?;
+            return result;
+        }
     }
+    finish(out)
+}
+
+/// Polls the topic's configs until every set value and removed override shows; false if it never did.
+async fn wait_for_configs(
+    client: &mut annal_client::Client,
+    name: &str,
+    set: &[(String, String)],
+    deleted: &[String],
+) -> Result<bool> {
+    const POLLS: u32 = 50; // 5 s
+    for _ in 0..POLLS {
+        let configs = client.describe_topic_configs(name).await?;
+        let shows = |key: &str| configs.iter().find(|c| c.name == key);
+        let set_visible = set.iter().all(|(k, v)| {
+            shows(k).is_some_and(|c| c.sensitive || c.value.as_deref() == Some(v.as_str()))
+        });
+        let deleted_visible = deleted
+            .iter()
+            .all(|k| shows(k).is_none_or(|c| c.source != ConfigSource::TopicOverride));
+        if set_visible && deleted_visible {
+            return Ok(true);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Ok(false)
+}
+
+fn finish(out: String) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(out.as_bytes())?;
     stdout.flush()?;
     Ok(())
+}
+
+/// Replicas of the first partition (Kafka's tools report one factor per topic).
+fn replication_factor(meta: &TopicMetadata) -> usize {
+    meta.partitions.first().map_or(0, |p| p.replicas.len())
+}
+
+fn describe_json(
+    meta: &TopicMetadata,
+    earliest: &std::collections::BTreeMap<i32, ListedOffset>,
+    latest: &std::collections::BTreeMap<i32, ListedOffset>,
+    configs: &[ConfigEntry],
+) -> Value {
+    let partitions: Vec<Value> = meta
+        .partitions
+        .iter()
+        .map(|p| {
+            json!({
+                "partition": p.index,
+                "leader": (p.leader >= 0).then_some(p.leader),
+                "leader_epoch": p.leader_epoch,
+                "replicas": p.replicas,
+                "isr": p.isr,
+                "earliest": earliest.get(&p.index).map(|o| o.offset),
+                "latest": latest.get(&p.index).map(|o| o.offset),
+            })
+        })
+        .collect();
+    let configs: Vec<Value> = configs
+        .iter()
+        .map(|c| {
+            json!({
+                "name": c.name,
+                "value": if c.sensitive { None } else { c.value.clone() },
+                "source": c.source.label(),
+                "read_only": c.read_only,
+                "sensitive": c.sensitive,
+            })
+        })
+        .collect();
+    json!({
+        "name": meta.name,
+        "id": (!meta.id.is_nil()).then(|| meta.id.to_string()),
+        "internal": meta.internal,
+        "replication_factor": replication_factor(meta),
+        "partitions": partitions,
+        "configs": configs,
+    })
 }
 
 /// Kafka's topic name rule: 1..=249 characters of [a-zA-Z0-9._-], not "." or "..". Checked here so the user

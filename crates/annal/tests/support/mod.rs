@@ -75,8 +75,14 @@ impl Broker {
 
     /// Runs `annal ARGS -b ADDR` with `stdin`, returning its output.
     pub fn run(&self, args: &[&str], stdin: &str) -> Output {
+        self.run_env(args, stdin, &[])
+    }
+
+    /// `run` with extra environment variables.
+    pub fn run_env(&self, args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Output {
         let mut child = Command::new(ANNAL)
             .args(args)
+            .envs(env.iter().copied())
             .args(["-b", &self.addr])
             .env("ANNAL_HTTP", self.http.as_deref().unwrap_or("127.0.0.1:1"))
             .stdin(Stdio::piped())
