@@ -506,6 +506,33 @@ pub fn encode_batch(
     Ok(out)
 }
 
+/// The empty batch that stands for `header`'s batch once the cleaner has removed all its records but must keep
+/// its producer fields (Kafka's `DefaultRecordBatch.writeEmptyHeader`): same base and last offset, producer id,
+/// epoch and base sequence, timestamp type, transactional and control bits and max timestamp; no records, no
+/// codec, no delete horizon, base timestamp -1.
+pub fn encode_empty_batch(header: &BatchHeader) -> Vec<u8> {
+    let attributes = header.attributes & !(ATTR_COMPRESSION_MASK | ATTR_DELETE_HORIZON);
+    let length = (HEADER_SIZE - LOG_OVERHEAD) as i32;
+    let mut out = Vec::with_capacity(HEADER_SIZE);
+    out.extend_from_slice(&header.base_offset.to_be_bytes());
+    out.extend_from_slice(&length.to_be_bytes());
+    out.extend_from_slice(&header.partition_leader_epoch.to_be_bytes());
+    out.push(MAGIC_V2 as u8);
+    out.extend_from_slice(&0u32.to_be_bytes());
+    out.extend_from_slice(&attributes.to_be_bytes());
+    out.extend_from_slice(&header.last_offset_delta.to_be_bytes());
+    out.extend_from_slice(&(-1i64).to_be_bytes());
+    out.extend_from_slice(&header.max_timestamp.to_be_bytes());
+    out.extend_from_slice(&header.producer_id.to_be_bytes());
+    out.extend_from_slice(&header.producer_epoch.to_be_bytes());
+    out.extend_from_slice(&header.base_sequence.to_be_bytes());
+    out.extend_from_slice(&0i32.to_be_bytes());
+    debug_assert_eq!(out.len(), HEADER_SIZE);
+    let crc = batch::compute_crc(&out);
+    out[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    out
+}
+
 /// Re-encodes every batch in `bytes` (whole validated batches) with `codec`, keeping offsets, timestamps and
 /// producer fields: the broker's topic `compression.type`. Batches already in `codec` are copied unchanged.
 pub fn recompress_batches(
