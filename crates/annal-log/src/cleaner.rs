@@ -299,6 +299,14 @@ impl Cleaner {
             } else {
                 out.on_inactive()?;
                 out.sync()?;
+                // The swap moves every file of the new segment over the old one's; a `.txnindex` must be there
+                // even when no aborted transaction is left, or the old segment's entries would survive the swap.
+                let txn_index = crate::txn_index::TxnIndex::path_in(scratch, base);
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&txn_index)
+                    .map_err(|e| LogError::io("create cleaned transaction index", &txn_index, e))?;
                 stats.segments_after += 1;
                 groups.push(CleanedGroup {
                     old,
@@ -331,8 +339,20 @@ impl Cleaner {
             .sum();
         let mut map = KeyMap::new(self.config.dedupe_buffer_bytes, dirty_bytes);
         let mut end = task.first_uncleanable;
-        // Aborted records never decide what survives (Kafka's map skips them too).
-        let mut txns = TxnTracker::new(&task.aborted);
+        // Aborted records never decide what survives (Kafka's map skips them too). The walk starts at the
+        // first dirty segment: a transaction whose marker is before it ended before anything walked here.
+        let walk_start = task
+            .segments
+            .iter()
+            .find(|s| s.next_offset > task.first_dirty)
+            .map_or(task.first_dirty, |s| s.base_offset);
+        let aborted: Vec<AbortedTxn> = task
+            .aborted
+            .iter()
+            .filter(|e| e.last_offset >= walk_start)
+            .copied()
+            .collect();
+        let mut txns = TxnTracker::new(&aborted);
         'segments: for snapshot in task
             .segments
             .iter()
@@ -618,13 +638,15 @@ impl Filter<'_> {
         fields: &BatchFields,
         kept: &[records::Record<'_>],
     ) -> crate::Result<Vec<u8>> {
-        let codec = header.compression().ok_or_else(|| LogError::Unrecoverable {
-            path: PathBuf::from(segment::file_name(header.base_offset, "log")),
-            reason: format!(
-                "the batch at offset {} has an unknown codec in attributes {:#x}",
-                header.base_offset, header.attributes
-            ),
-        })?;
+        let codec = header
+            .compression()
+            .ok_or_else(|| LogError::Unrecoverable {
+                path: PathBuf::from(segment::file_name(header.base_offset, "log")),
+                reason: format!(
+                    "the batch at offset {} has an unknown codec in attributes {:#x}",
+                    header.base_offset, header.attributes
+                ),
+            })?;
         records::encode_batch(fields, kept, codec, None).map_err(|e| LogError::Unrecoverable {
             path: PathBuf::from(segment::file_name(header.base_offset, "log")),
             reason: format!(

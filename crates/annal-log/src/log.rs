@@ -486,8 +486,7 @@ impl Log {
     /// is the truth). The batches must start at the log end and be contiguous, or nothing is written.
     pub fn append_as_follower(&mut self, batches: &[u8], now_ms: i64) -> crate::Result<AppendInfo> {
         self.finish_roll_flush(false)?;
-        let validated =
-            batch::validate_replicated_batches(batches, self.config.max_message_bytes)?;
+        let validated = batch::validate_replicated_batches(batches, self.config.max_message_bytes)?;
         // A cleaned leader log has gaps: a batch may start past the log end, never before it.
         let mut expected = self.log_end_offset();
         for v in &validated {

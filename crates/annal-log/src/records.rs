@@ -621,6 +621,49 @@ mod tests {
     ];
 
     #[test]
+    fn an_emptied_batch_keeps_kafkas_empty_header_fields() {
+        let batch = build_compressed_batch(
+            &[
+                (Some(b"k1".as_slice()), Some(b"v1".as_slice())),
+                (Some(b"k2".as_slice()), None),
+            ],
+            &[100, 300],
+            Compression::Zstd,
+            ProducerFields {
+                producer_id: 7,
+                producer_epoch: 2,
+                base_sequence: 40,
+                transactional: true,
+            },
+        );
+        let header = BatchHeader::parse(&batch).unwrap();
+        let empty = encode_empty_batch(&header);
+        let got = BatchHeader::parse(&empty).unwrap();
+        assert_eq!(empty.len(), HEADER_SIZE);
+        assert_eq!(got.crc, batch::compute_crc(&empty));
+        assert_eq!(
+            (got.last_offset(), got.records_count, got.compression()),
+            (1, 0, Some(Compression::None))
+        );
+        assert_eq!(
+            (got.producer_id, got.producer_epoch, got.last_sequence()),
+            (7, 2, 41)
+        );
+        assert!(got.is_transactional() && got.delete_horizon_ms().is_none());
+        assert_eq!((got.base_timestamp, got.max_timestamp), (-1, 300));
+        assert!(DecodedBatch::new(&empty, 1 << 20)
+            .unwrap()
+            .collect_records()
+            .unwrap()
+            .is_empty());
+        assert!(batch::validate_replicated_batches(&empty, 1 << 20).is_ok());
+        assert!(
+            batch::validate_batches(&empty, 1 << 20).is_err(),
+            "a producer may not send one"
+        );
+    }
+
+    #[test]
     fn every_codec_round_trips_records_and_validates() {
         for codec in ALL {
             let batch = build_compressed_batch(

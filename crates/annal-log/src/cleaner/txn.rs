@@ -66,7 +66,8 @@ pub(crate) struct ControlDecision {
 }
 
 impl<'a> TxnTracker<'a> {
-    /// `aborted` must be sorted by first offset.
+    /// `aborted` must be sorted by first offset and hold only transactions whose marker is at or past the first
+    /// batch walked (an earlier marker would never be seen to end its transaction).
     pub(crate) fn new(aborted: &'a [AbortedTxn]) -> TxnTracker<'a> {
         debug_assert!(aborted
             .windows(2)
@@ -129,16 +130,18 @@ impl<'a> TxnTracker<'a> {
                 can_discard: false,
                 index_entry: None,
             },
-            ControlKind::Marker(TxnOutcome::Abort) => match self.aborted_open.remove(&producer_id) {
-                Some(abort) if abort.data_seen => ControlDecision {
-                    can_discard: false,
-                    index_entry: Some(abort.entry),
-                },
-                _ => ControlDecision {
-                    can_discard: true,
-                    index_entry: None,
-                },
-            },
+            ControlKind::Marker(TxnOutcome::Abort) => {
+                match self.aborted_open.remove(&producer_id) {
+                    Some(abort) if abort.data_seen => ControlDecision {
+                        can_discard: false,
+                        index_entry: Some(abort.entry),
+                    },
+                    _ => ControlDecision {
+                        can_discard: true,
+                        index_entry: None,
+                    },
+                }
+            }
             ControlKind::Marker(TxnOutcome::Commit) => ControlDecision {
                 can_discard: !self.committed_with_data.remove(&producer_id),
                 index_entry: None,
