@@ -53,7 +53,23 @@ async fn commit(c: &mut Client, round: i64) {
     }
 }
 
+/// OffsetFetch, retried while the coordinator is loading or not yet known (as clients retry
+/// COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE and NOT_COORDINATOR after a restart).
 async fn fetch_offsets(c: &mut Client) -> Vec<(i64, String)> {
+    let started = Instant::now();
+    loop {
+        match try_fetch_offsets(c).await {
+            Ok(offsets) => return offsets,
+            Err(code @ (14..=16)) if started.elapsed() < Duration::from_secs(20) => {
+                let _ = code;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(code) => panic!("OffsetFetch failed with error {code}"),
+        }
+    }
+}
+
+async fn try_fetch_offsets(c: &mut Client) -> Result<Vec<(i64, String)>, i16> {
     let req = OffsetFetchRequest::default().with_groups(vec![
         offset_fetch_request::OffsetFetchRequestGroup::default()
             .with_group_id(gid("busy"))
@@ -64,16 +80,21 @@ async fn fetch_offsets(c: &mut Client) -> Vec<(i64, String)> {
             ])),
     ]);
     let resp = c.call(&req, 8).await;
-    assert_eq!(resp.groups[0].error_code, 0);
-    resp.groups[0].topics[0]
+    let group = &resp.groups[0];
+    if group.error_code != 0 {
+        return Err(group.error_code);
+    }
+    group.topics[0]
         .partitions
         .iter()
         .map(|p| {
-            assert_eq!(p.error_code, 0);
-            (
+            if p.error_code != 0 {
+                return Err(p.error_code);
+            }
+            Ok((
                 p.committed_offset,
                 p.metadata.as_deref().unwrap_or("").to_string(),
-            )
+            ))
         })
         .collect()
 }
@@ -113,6 +134,7 @@ async fn the_cleaner_compacts_consumer_offsets_and_a_restart_serves_the_latest_c
         bytes * 4 < uncleaned_at_least,
         "the cleaner compacted __consumer_offsets-0: {bytes} bytes of log for {COMMITS} commits"
     );
+    eprintln!("__consumer_offsets-0: {bytes} bytes of log after {COMMITS} commits (uncleaned >= {uncleaned_at_least})");
     let last = COMMITS - 1;
     let expected = vec![
         (last, format!("round-{last}")),
