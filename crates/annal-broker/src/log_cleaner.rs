@@ -1,7 +1,7 @@
 //! The background log cleaner: `log.cleaner.threads` loops that compact the dirtiest compacted partition,
 //! driven the way retention is (a housekeeping task per thread; the pass itself runs on a blocking thread).
 //!
-//! Each loop picks, among the partitions whose `cleanup.policy` has `compact`, the one with the highest dirty
+//! Each loop picks, among the partitions (leaders and followers) whose `cleanup.policy` has `compact`, the one with the highest dirty
 //! ratio that should be cleaned now (`min.cleanable.dirty.ratio`, or `max.compaction.lag.ms` overdue) and that no
 //! other loop is cleaning, and runs one pass (`Partition::clean`: the log lock is held only to snapshot and to
 //! swap). With nothing to clean it sleeps `log.cleaner.backoff.ms`. Shutdown stops passes in flight (their
@@ -89,7 +89,8 @@ fn clean_dirtiest(
     let mut candidates: Vec<_> = replicas
         .all_partitions()
         .into_iter()
-        .filter(|p| p.is_leader())
+        // Followers too, as Kafka does: each replica compacts its own log below its high watermark, so a
+        // replica that becomes leader (of `__consumer_offsets`, say) has a small log to replay.
         .filter_map(|p| Some((p.cleanable(now)?.dirty_ratio, p)))
         .collect();
     candidates.sort_by(|a, b| b.0.total_cmp(&a.0));

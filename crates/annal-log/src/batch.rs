@@ -228,6 +228,24 @@ pub struct ValidatedBatch {
 /// Checks that `bytes` is a sequence of whole, well-formed v2 batches: framing, magic, CRC, size limit, and
 /// internally consistent counts. Nothing is modified. `position`s in errors are relative to `bytes`.
 pub fn validate_batches(bytes: &[u8], max_batch_bytes: u32) -> crate::Result<Vec<ValidatedBatch>> {
+    validate(bytes, max_batch_bytes, false)
+}
+
+/// [`validate_batches`] for batches a leader replicates: they may have been cleaned (compaction), so a batch can
+/// hold fewer records than its offset span (its last offset is kept) or none at all (an idempotent producer's
+/// last batch, emptied).
+pub fn validate_replicated_batches(
+    bytes: &[u8],
+    max_batch_bytes: u32,
+) -> crate::Result<Vec<ValidatedBatch>> {
+    validate(bytes, max_batch_bytes, true)
+}
+
+fn validate(
+    bytes: &[u8],
+    max_batch_bytes: u32,
+    cleaned_allowed: bool,
+) -> crate::Result<Vec<ValidatedBatch>> {
     use crate::LogError::{CorruptRecord, InvalidRecord, MessageTooLarge};
     let mut batches = Vec::new();
     let mut position = 0usize;
@@ -304,7 +322,17 @@ pub fn validate_batches(bytes: &[u8], max_batch_bytes: u32) -> crate::Result<Vec
                 ),
             });
         };
-        if header.records_count <= 0 {
+        if cleaned_allowed {
+            if header.records_count < 0 || header.last_offset_delta < header.records_count - 1 {
+                return Err(InvalidRecord {
+                    position,
+                    reason: format!(
+                        "a replicated batch holds {} records over a last offset delta of {}",
+                        header.records_count, header.last_offset_delta
+                    ),
+                });
+            }
+        } else if header.records_count <= 0 {
             return Err(InvalidRecord {
                 position,
                 reason: format!(
@@ -313,7 +341,7 @@ pub fn validate_batches(bytes: &[u8], max_batch_bytes: u32) -> crate::Result<Vec
                 ),
             });
         }
-        if header.last_offset_delta != header.records_count - 1 {
+        if !cleaned_allowed && header.last_offset_delta != header.records_count - 1 {
             return Err(InvalidRecord {
                 position,
                 reason: format!(

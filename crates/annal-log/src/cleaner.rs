@@ -15,9 +15,15 @@
 //! horizon (KIP-534: set to `now + delete.retention.ms` the first time a pass keeps it) has passed; records
 //! without a key are removed (Kafka does the same). Offsets never change: a cleaned batch keeps its base offset,
 //! last offset and producer fields (so idempotent producers' sequences survive), and the log has gaps.
-//! Control batches and transactional batches are kept as they are (Kafka removes aborted records and, after the
-//! delete horizon, markers; Annal does not yet). The aborted-transaction indexes of a group's segments are
-//! carried into the cleaned segment.
+//!
+//! Transactions, as Kafka cleans them (see [`txn`]): a pass never reaches past the last stable offset, so every
+//! transaction it sees has ended. Batches of aborted transactions go (and never enter the key map); committed
+//! transactional records are cleaned like any others. A marker stays while any batch of its transaction does;
+//! once none is left it gets a delete horizon (`delete.retention.ms`, KIP-534, as a tombstone does) and a pass
+//! after the horizon removes it. An aborted transaction is indexed in the cleaned segment only while its data is
+//! there. The last data batch of every producer still in the log's producer state (or, for a producer whose
+//! epoch a marker bumped, its marker) is kept, emptied if need be, so a rebuilt producer state still knows its
+//! epoch and last sequence.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -34,6 +40,10 @@ use crate::config::LogConfig;
 use crate::error::LogError;
 use crate::records::{self, BatchFields, DecodedBatch};
 use crate::segment::{self, Segment};
+use crate::txn_index::AbortedTxn;
+
+mod txn;
+use txn::{ControlKind, TxnTracker};
 
 /// Name of the scratch directory (inside the partition directory) where a pass writes cleaned segments.
 pub(crate) const SCRATCH_DIR: &str = ".cleaner";
@@ -101,6 +111,19 @@ pub struct CleanTask {
     pub(crate) first_uncleanable: i64,
     /// From the first segment to the last wholly below `first_uncleanable`.
     pub(crate) segments: Vec<SegmentSnapshot>,
+    /// The log's aborted transactions that start below `first_uncleanable`, sorted by first offset.
+    pub(crate) aborted: Vec<AbortedTxn>,
+    /// The producers in the log's producer state (Kafka's `lastRecordsOfActiveProducers`).
+    pub(crate) producers: HashMap<i64, LastRecord>,
+}
+
+/// A producer the log still tracks: the batch holding its state must survive cleaning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LastRecord {
+    /// The last offset of its last data batch; `None` when a marker bumped its epoch since (then its markers at
+    /// that epoch are what carries the state).
+    pub last_data_offset: Option<i64>,
+    pub epoch: i16,
 }
 
 impl CleanTask {
@@ -139,6 +162,10 @@ pub struct CleanStats {
     pub records_read: u64,
     pub records_removed: u64,
     pub tombstones_removed: u64,
+    /// Records of aborted transactions removed (included in `records_removed`).
+    pub aborted_records_removed: u64,
+    /// Transaction markers removed (their transactions had no data left and their delete horizon had passed).
+    pub markers_removed: u64,
     pub segments_before: u32,
     pub segments_after: u32,
     /// Distinct keys in the dirty section's key map.
@@ -215,13 +242,14 @@ impl Cleaner {
         stats.keys = map.len() as u64;
         stats.key_capacity = map.capacity as u64;
         stats.dirty_offsets_cleaned = (cleaned_up_to - task.first_dirty).max(0) as u64;
-        let last_producer_batches = self.last_producer_batches(task)?;
         let to_clean: Vec<&SegmentSnapshot> = task
             .segments
             .iter()
             .filter(|s| s.base_offset < cleaned_up_to)
             .collect();
         let mut groups = Vec::new();
+        // Carried across groups: a transaction's data may be in one group and its marker in the next.
+        let mut txns = TxnTracker::new(&task.aborted);
         for group in group_by_size(&to_clean, &task.config) {
             stats.segments_before += group.len() as u32;
             let base = group[0].base_offset;
@@ -231,32 +259,38 @@ impl Cleaner {
                 cleaned_up_to,
                 now_ms: task.now_ms,
                 delete_retention_ms: task.config.delete_retention_ms,
-                last_producer_batches: &last_producer_batches,
+                producers: &task.producers,
                 limit,
             };
             for snapshot in &group {
                 stats.bytes_read += snapshot.size;
                 self.for_each_batch(snapshot, |bytes, header| {
-                    let cleaned = filter.clean_batch(bytes, header, &mut stats)?;
-                    if let Some(cleaned) = cleaned {
-                        let bytes: &[u8] = cleaned.as_deref().unwrap_or(bytes);
-                        let header = BatchHeader::parse(bytes).expect("a batch the cleaner built");
-                        out.append(bytes, &[header])?;
-                        stats.bytes_written += bytes.len() as u64;
-                        self.throttle.lock().account(bytes.len() as u64);
-                    }
-                    Ok(())
-                })?;
-            }
-            // Markers are always kept, so every aborted transaction of the group still ends in the new segment.
-            for snapshot in &group {
-                let path = crate::txn_index::TxnIndex::path_in(&task.dir, snapshot.base_offset);
-                for entry in crate::txn_index::TxnIndex::read_entries(&path, snapshot.next_offset)?
-                {
-                    if !out.is_empty() && entry.last_offset < out.next_offset() {
+                    let (cleaned, index_entry) =
+                        filter.clean_batch(bytes, header, &mut txns, &mut stats)?;
+                    let bytes: &[u8] = match &cleaned {
+                        Cleaned::Drop => {
+                            debug_assert!(index_entry.is_none(), "an indexed abort keeps its marker");
+                            return Ok(());
+                        }
+                        Cleaned::Keep => bytes,
+                        Cleaned::Rebuilt(rebuilt) => rebuilt,
+                    };
+                    let header = BatchHeader::parse(bytes).ok_or_else(|| LogError::Unrecoverable {
+                        path: segment_path(snapshot),
+                        reason: format!(
+                            "the cleaner rebuilt the batch at offset {} into bytes that do not parse",
+                            header.base_offset
+                        ),
+                    })?;
+                    out.append(bytes, &[header])?;
+                    if let Some(entry) = index_entry {
+                        // The marker just appended ends the transaction, so the entry is in marker order.
                         out.append_aborted_txn(entry)?;
                     }
-                }
+                    stats.bytes_written += bytes.len() as u64;
+                    self.throttle.lock().account(bytes.len() as u64);
+                    Ok(())
+                })?;
             }
             let old = group.iter().map(|s| (s.base_offset, s.size)).collect();
             if out.is_empty() {
@@ -265,6 +299,14 @@ impl Cleaner {
             } else {
                 out.on_inactive()?;
                 out.sync()?;
+                // The swap moves every file of the new segment over the old one's; a `.txnindex` must be there
+                // even when no aborted transaction is left, or the old segment's entries would survive the swap.
+                let txn_index = crate::txn_index::TxnIndex::path_in(scratch, base);
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&txn_index)
+                    .map_err(|e| LogError::io("create cleaned transaction index", &txn_index, e))?;
                 stats.segments_after += 1;
                 groups.push(CleanedGroup {
                     old,
@@ -297,6 +339,20 @@ impl Cleaner {
             .sum();
         let mut map = KeyMap::new(self.config.dedupe_buffer_bytes, dirty_bytes);
         let mut end = task.first_uncleanable;
+        // Aborted records never decide what survives (Kafka's map skips them too). The walk starts at the
+        // first dirty segment: a transaction whose marker is before it ended before anything walked here.
+        let walk_start = task
+            .segments
+            .iter()
+            .find(|s| s.next_offset > task.first_dirty)
+            .map_or(task.first_dirty, |s| s.base_offset);
+        let aborted: Vec<AbortedTxn> = task
+            .aborted
+            .iter()
+            .filter(|e| e.last_offset >= walk_start)
+            .copied()
+            .collect();
+        let mut txns = TxnTracker::new(&aborted);
         'segments: for snapshot in task
             .segments
             .iter()
@@ -305,10 +361,14 @@ impl Cleaner {
             let mut full_at = None;
             stats.bytes_read += snapshot.size;
             self.for_each_batch(snapshot, |bytes, header| {
-                if full_at.is_some() || header.last_offset() < task.first_dirty {
+                if full_at.is_some() {
                     return Ok(());
                 }
                 if header.is_control() {
+                    txns.on_control_batch(header, ControlKind::of(bytes, header));
+                    return Ok(());
+                }
+                if txns.on_data_batch(header) || header.last_offset() < task.first_dirty {
                     return Ok(());
                 }
                 let decoded = match DecodedBatch::new(bytes, limit) {
@@ -348,20 +408,6 @@ impl Cleaner {
             }
         }
         Ok((map, end))
-    }
-
-    /// For each idempotent producer, the base offset of its last batch in the task: that batch is kept (empty if
-    /// need be) so the producer's last sequence survives cleaning, as Kafka's cleaner does.
-    fn last_producer_batches(&self, task: &CleanTask) -> crate::Result<HashMap<i64, i64>> {
-        let mut last = HashMap::new();
-        for snapshot in &task.segments {
-            walk_headers(snapshot, |header| {
-                if header.has_producer_id() {
-                    last.insert(header.producer_id, header.base_offset);
-                }
-            })?;
-        }
-        Ok(last)
     }
 
     /// Calls `visit` with each whole batch of a segment snapshot (read batch by batch, throttled).
@@ -420,19 +466,6 @@ fn header_at(snapshot: &SegmentSnapshot, position: u64) -> crate::Result<BatchHe
         })
 }
 
-fn walk_headers(
-    snapshot: &SegmentSnapshot,
-    mut visit: impl FnMut(&BatchHeader),
-) -> crate::Result<()> {
-    let mut position = 0;
-    while position < snapshot.size {
-        let header = header_at(snapshot, position)?;
-        visit(&header);
-        position += header.size() as u64;
-    }
-    Ok(())
-}
-
 /// Consecutive segments whose total size fits `segment.bytes` and whose offsets fit one segment's 32-bit
 /// relative offsets (Kafka's `groupSegmentsBySize`).
 fn group_by_size<'a>(
@@ -454,34 +487,92 @@ fn group_by_size<'a>(
     groups
 }
 
-/// Decides, record by record, what a batch keeps.
+/// What the cleaner does with one batch.
+#[derive(Debug)]
+enum Cleaned {
+    Drop,
+    /// Copied byte for byte.
+    Keep,
+    Rebuilt(Vec<u8>),
+}
+
+/// Decides, batch by batch and record by record, what a batch keeps (Kafka's `cleanInto` filter).
 struct Filter<'a> {
     map: &'a KeyMap,
     cleaned_up_to: i64,
     now_ms: i64,
     delete_retention_ms: i64,
-    last_producer_batches: &'a HashMap<i64, i64>,
+    producers: &'a HashMap<i64, LastRecord>,
     limit: usize,
 }
 
 impl Filter<'_> {
-    /// `None`: drop the batch; `Some(None)`: keep it byte for byte; `Some(Some(bytes))`: the rebuilt batch.
+    /// Whether `header` is the batch that holds a tracked producer's state (Kafka's
+    /// `isBatchLastRecordOfProducer`): its last data batch, or, if a marker bumped its epoch since, its markers
+    /// at that epoch. Such a batch is kept even when all its records go.
+    fn holds_producer_state(&self, header: &BatchHeader) -> bool {
+        if !header.has_producer_id() {
+            return false;
+        }
+        self.producers
+            .get(&header.producer_id)
+            .is_some_and(|last| match last.last_data_offset {
+                Some(offset) => header.last_offset() == offset,
+                None => header.is_control() && header.producer_epoch == last.epoch,
+            })
+    }
+
+    /// What to do with one batch, and the aborted transaction to index after it (for a marker that stays).
     fn clean_batch(
         &mut self,
         bytes: &[u8],
         header: &BatchHeader,
+        txns: &mut TxnTracker<'_>,
         stats: &mut CleanStats,
-    ) -> crate::Result<Option<Option<Vec<u8>>>> {
-        if header.is_control() || header.is_transactional() {
-            return Ok(Some(None));
+    ) -> crate::Result<(Cleaned, Option<AbortedTxn>)> {
+        let retain_empty = self.holds_producer_state(header);
+        if header.is_control() {
+            let decision = txns.on_control_batch(header, ControlKind::of(bytes, header));
+            let expired = header
+                .delete_horizon_ms()
+                .is_some_and(|horizon| self.now_ms >= horizon);
+            if decision.can_discard && (expired || header.records_count == 0) {
+                if header.records_count > 0 {
+                    stats.markers_removed += 1;
+                }
+                let cleaned = if retain_empty && header.records_count > 0 {
+                    Cleaned::Rebuilt(records::encode_empty_batch(header))
+                } else if retain_empty {
+                    Cleaned::Keep
+                } else {
+                    Cleaned::Drop
+                };
+                return Ok((cleaned, None));
+            }
+            if decision.can_discard && header.delete_horizon_ms().is_none() {
+                // Its transaction has no data left: the marker goes after delete.retention.ms, like a tombstone.
+                return Ok((self.with_delete_horizon(bytes, header)?, None));
+            }
+            return Ok((Cleaned::Keep, decision.index_entry));
+        }
+        if txns.on_data_batch(header) {
+            let count = u64::try_from(header.records_count).unwrap_or(0);
+            stats.records_removed += count;
+            stats.aborted_records_removed += count;
+            let cleaned = match (retain_empty, header.records_count) {
+                (false, _) => Cleaned::Drop,
+                (true, 0) => Cleaned::Keep,
+                (true, _) => Cleaned::Rebuilt(records::encode_empty_batch(header)),
+            };
+            return Ok((cleaned, None));
         }
         let decoded = match DecodedBatch::new(bytes, self.limit) {
             Ok(decoded) => decoded,
-            Err(_) => return Ok(Some(None)), // warned about while building the map; never lose data
+            Err(_) => return Ok((Cleaned::Keep, None)), // warned about while building the map; never lose data
         };
         let records = match decoded.collect_records() {
             Ok(records) => records,
-            Err(_) => return Ok(Some(None)),
+            Err(_) => return Ok((Cleaned::Keep, None)),
         };
         let horizon_passed = header
             .delete_horizon_ms()
@@ -508,12 +599,15 @@ impl Filter<'_> {
         let needs_horizon =
             header.delete_horizon_ms().is_none() && kept.iter().any(|r| r.is_tombstone());
         if kept.len() == records.len() && !needs_horizon {
-            return Ok(Some(None));
+            return Ok((Cleaned::Keep, None));
         }
-        let producer_last = header.has_producer_id()
-            && self.last_producer_batches.get(&header.producer_id) == Some(&header.base_offset);
-        if kept.is_empty() && !producer_last {
-            return Ok(None);
+        if kept.is_empty() {
+            let cleaned = if retain_empty {
+                Cleaned::Rebuilt(records::encode_empty_batch(header))
+            } else {
+                Cleaned::Drop
+            };
+            return Ok((cleaned, None));
         }
         let mut fields = BatchFields::of(header);
         if needs_horizon {
@@ -521,16 +615,45 @@ impl Filter<'_> {
         } else if !kept.iter().any(|r| r.is_tombstone()) {
             fields.delete_horizon_ms = None;
         }
+        Ok((Cleaned::Rebuilt(self.encode(header, &fields, &kept)?), None))
+    }
+
+    /// `header`'s batch (a marker) with its records as they are and a delete horizon of now +
+    /// `delete.retention.ms`.
+    fn with_delete_horizon(&self, bytes: &[u8], header: &BatchHeader) -> crate::Result<Cleaned> {
+        let Ok(decoded) = DecodedBatch::new(bytes, self.limit) else {
+            return Ok(Cleaned::Keep);
+        };
+        let Ok(records) = decoded.collect_records() else {
+            return Ok(Cleaned::Keep);
+        };
+        let mut fields = BatchFields::of(header);
+        fields.delete_horizon_ms = Some(self.now_ms.saturating_add(self.delete_retention_ms));
+        Ok(Cleaned::Rebuilt(self.encode(header, &fields, &records)?))
+    }
+
+    fn encode(
+        &self,
+        header: &BatchHeader,
+        fields: &BatchFields,
+        kept: &[records::Record<'_>],
+    ) -> crate::Result<Vec<u8>> {
         let codec = header
             .compression()
-            .expect("decoded, so the codec is known");
-        let rebuilt = records::encode_batch(&fields, &kept, codec, None).map_err(|e| {
-            LogError::Unrecoverable {
+            .ok_or_else(|| LogError::Unrecoverable {
                 path: PathBuf::from(segment::file_name(header.base_offset, "log")),
-                reason: format!("cannot re-encode a cleaned batch: {e}"),
-            }
-        })?;
-        Ok(Some(Some(rebuilt)))
+                reason: format!(
+                    "the batch at offset {} has an unknown codec in attributes {:#x}",
+                    header.base_offset, header.attributes
+                ),
+            })?;
+        records::encode_batch(fields, kept, codec, None).map_err(|e| LogError::Unrecoverable {
+            path: PathBuf::from(segment::file_name(header.base_offset, "log")),
+            reason: format!(
+                "cannot re-encode the cleaned batch at offset {}: {e}",
+                header.base_offset
+            ),
+        })
     }
 }
 

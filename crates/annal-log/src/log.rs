@@ -486,14 +486,15 @@ impl Log {
     /// is the truth). The batches must start at the log end and be contiguous, or nothing is written.
     pub fn append_as_follower(&mut self, batches: &[u8], now_ms: i64) -> crate::Result<AppendInfo> {
         self.finish_roll_flush(false)?;
-        let validated = batch::validate_batches(batches, self.config.max_message_bytes)?;
+        let validated = batch::validate_replicated_batches(batches, self.config.max_message_bytes)?;
+        // A cleaned leader log has gaps: a batch may start past the log end, never before it.
         let mut expected = self.log_end_offset();
         for v in &validated {
-            if v.header.base_offset != expected || v.header.last_offset_delta < 0 {
+            if v.header.base_offset < expected || v.header.last_offset_delta < 0 {
                 return Err(LogError::InvalidRecord {
                     position: v.position,
                     reason: format!(
-                        "a replicated batch starts at offset {} where offset {expected} was expected",
+                        "a replicated batch starts at offset {}, below the next offset {expected}",
                         v.header.base_offset
                     ),
                 });
@@ -899,14 +900,16 @@ impl Log {
     }
 
     /// How dirty a compacted log is, or `None` if it is not compacted (`LogConfig::compact`). Offsets at or
-    /// past `upper_bound` (the high watermark; `None`: the log end) are never cleaned, nor is the active segment,
-    /// nor a segment whose newest record is younger than `min.compaction.lag.ms`.
+    /// past the last stable offset (below `upper_bound`, the high watermark; `None`: the log end) are never
+    /// cleaned, so every transaction a pass sees has ended; nor is the active segment, nor a segment whose newest
+    /// record is younger than `min.compaction.lag.ms` (Kafka's `cleanableOffsets`).
     pub fn cleanable(&self, now_ms: i64, upper_bound: Option<i64>) -> Option<Cleanable> {
         if !self.config.compact {
             return None;
         }
         let active_base = self.active().base_offset();
-        let upper = upper_bound.unwrap_or(i64::MAX);
+        let high_watermark = upper_bound.unwrap_or_else(|| self.log_end_offset());
+        let upper = self.last_stable_offset(high_watermark);
         let lag = self.config.min_compaction_lag_ms;
         let mut first_uncleanable = active_base;
         for seg in self.segments.values() {
@@ -973,6 +976,26 @@ impl Log {
                 file: s.file_handle(),
             })
             .collect();
+        // An aborted transaction's marker (and so its index entry) may be in a later segment than its data,
+        // even in the active one: every segment's entries are looked at (they are in memory).
+        let mut aborted: Vec<AbortedTxn> = self
+            .segments
+            .values()
+            .flat_map(|s| s.txn_index().entries().iter().copied())
+            .filter(|e| e.first_offset < cleanable.first_uncleanable_offset)
+            .collect();
+        aborted.sort_by_key(|e| e.first_offset);
+        let producers = self
+            .producers
+            .producers()
+            .map(|e| {
+                let last = cleaner::LastRecord {
+                    last_data_offset: e.batches.back().map(|b| b.last_offset),
+                    epoch: e.epoch,
+                };
+                (e.producer_id, last)
+            })
+            .collect();
         Some(CleanTask {
             dir: self.dir.clone(),
             config: self.config.clone(),
@@ -981,6 +1004,8 @@ impl Log {
             first_dirty: cleanable.first_dirty_offset,
             first_uncleanable: cleanable.first_uncleanable_offset,
             segments,
+            aborted,
+            producers,
         })
     }
 

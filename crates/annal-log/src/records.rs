@@ -506,6 +506,33 @@ pub fn encode_batch(
     Ok(out)
 }
 
+/// The empty batch that stands for `header`'s batch once the cleaner has removed all its records but must keep
+/// its producer fields (Kafka's `DefaultRecordBatch.writeEmptyHeader`): same base and last offset, producer id,
+/// epoch and base sequence, timestamp type, transactional and control bits and max timestamp; no records, no
+/// codec, no delete horizon, base timestamp -1.
+pub fn encode_empty_batch(header: &BatchHeader) -> Vec<u8> {
+    let attributes = header.attributes & !(ATTR_COMPRESSION_MASK | ATTR_DELETE_HORIZON);
+    let length = (HEADER_SIZE - LOG_OVERHEAD) as i32;
+    let mut out = Vec::with_capacity(HEADER_SIZE);
+    out.extend_from_slice(&header.base_offset.to_be_bytes());
+    out.extend_from_slice(&length.to_be_bytes());
+    out.extend_from_slice(&header.partition_leader_epoch.to_be_bytes());
+    out.push(MAGIC_V2 as u8);
+    out.extend_from_slice(&0u32.to_be_bytes());
+    out.extend_from_slice(&attributes.to_be_bytes());
+    out.extend_from_slice(&header.last_offset_delta.to_be_bytes());
+    out.extend_from_slice(&(-1i64).to_be_bytes());
+    out.extend_from_slice(&header.max_timestamp.to_be_bytes());
+    out.extend_from_slice(&header.producer_id.to_be_bytes());
+    out.extend_from_slice(&header.producer_epoch.to_be_bytes());
+    out.extend_from_slice(&header.base_sequence.to_be_bytes());
+    out.extend_from_slice(&0i32.to_be_bytes());
+    debug_assert_eq!(out.len(), HEADER_SIZE);
+    let crc = batch::compute_crc(&out);
+    out[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    out
+}
+
 /// Re-encodes every batch in `bytes` (whole validated batches) with `codec`, keeping offsets, timestamps and
 /// producer fields: the broker's topic `compression.type`. Batches already in `codec` are copied unchanged.
 pub fn recompress_batches(
@@ -592,6 +619,49 @@ mod tests {
         Compression::Lz4,
         Compression::Zstd,
     ];
+
+    #[test]
+    fn an_emptied_batch_keeps_kafkas_empty_header_fields() {
+        let batch = build_compressed_batch(
+            &[
+                (Some(b"k1".as_slice()), Some(b"v1".as_slice())),
+                (Some(b"k2".as_slice()), None),
+            ],
+            &[100, 300],
+            Compression::Zstd,
+            ProducerFields {
+                producer_id: 7,
+                producer_epoch: 2,
+                base_sequence: 40,
+                transactional: true,
+            },
+        );
+        let header = BatchHeader::parse(&batch).unwrap();
+        let empty = encode_empty_batch(&header);
+        let got = BatchHeader::parse(&empty).unwrap();
+        assert_eq!(empty.len(), HEADER_SIZE);
+        assert_eq!(got.crc, batch::compute_crc(&empty));
+        assert_eq!(
+            (got.last_offset(), got.records_count, got.compression()),
+            (1, 0, Some(Compression::None))
+        );
+        assert_eq!(
+            (got.producer_id, got.producer_epoch, got.last_sequence()),
+            (7, 2, 41)
+        );
+        assert!(got.is_transactional() && got.delete_horizon_ms().is_none());
+        assert_eq!((got.base_timestamp, got.max_timestamp), (-1, 300));
+        assert!(DecodedBatch::new(&empty, 1 << 20)
+            .unwrap()
+            .collect_records()
+            .unwrap()
+            .is_empty());
+        assert!(batch::validate_replicated_batches(&empty, 1 << 20).is_ok());
+        assert!(
+            batch::validate_batches(&empty, 1 << 20).is_err(),
+            "a producer may not send one"
+        );
+    }
 
     #[test]
     fn every_codec_round_trips_records_and_validates() {

@@ -133,17 +133,6 @@ impl TxnIndex {
         })
     }
 
-    /// The valid entries of the index at `path` (see [`Self::load`]) without changing the file (the cleaner
-    /// reads the indexes of segments it does not own).
-    pub fn read_entries(path: &Path, next_offset: i64) -> crate::Result<Vec<AbortedTxn>> {
-        let bytes = match std::fs::read(path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(LogError::io("read transaction index", path, e)),
-        };
-        Ok(valid_prefix(&bytes, next_offset))
-    }
-
     pub fn entries(&self) -> &[AbortedTxn] {
         &self.entries
     }

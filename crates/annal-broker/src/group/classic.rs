@@ -122,9 +122,8 @@ pub(super) struct Group {
     join_deadline: Option<Instant>,
     initial_delay: Option<InitialDelay>,
     pub offsets: BTreeMap<(String, i32), OffsetEntry>,
-    /// Whether a group metadata record is in the log (so a rewrite keeps it and a delete tombstones it).
-    /// The group metadata value last written to the log (what a restart would load), kept so a rewrite of the
-    /// partition writes exactly that, not a mid-rebalance state. `None`: none in the log.
+    /// The group metadata value last written to the log (what a restart would load; a delete tombstones it
+    /// only if there is one). `None`: none in the log.
     pub persisted_metadata: Option<Vec<u8>>,
     /// Set when the group uses the consumer protocol (KIP-848) instead of the classic one.
     pub consumer: Option<super::consumer::ConsumerGroup>,
@@ -344,7 +343,8 @@ pub(super) enum Owned {
     Active {
         part: Arc<Partition>,
         leader_epoch: i32,
-        /// Records in the log from its log start (replayed plus appended), for the rewrite decision.
+        /// Records replayed plus appended since this broker took the partition (a statistic; the log itself
+        /// is kept small by the engine's cleaner, `cleanup.policy=compact`).
         records: u64,
     },
 }
@@ -434,9 +434,6 @@ pub(super) struct State {
     pub groups: HashMap<String, Group>,
     pub writer: Writer,
     pub config: GroupConfig,
-    /// Whether mostly dead partitions are rewritten (single node only: see
-    /// [`Partition::replace_prefix_with_snapshot`]; a cluster waits for the engine's compaction).
-    pub rewrite_enabled: bool,
     next_retention_check: Instant,
     /// Offsets of open transactions (TxnOffsetCommit), visible once their COMMIT marker arrives.
     pub txn_pending: super::txn_offsets::TxnPending,
@@ -450,14 +447,9 @@ pub(super) struct Loaded {
     pub txn_pending: Vec<((u32, i64), super::txn_offsets::PendingOffsets)>,
 }
 
-/// Replays `part` (partition `partition` of `__consumer_offsets`) into groups; when `rewrite` and the log is
-/// mostly dead records, replaces its prefix with a snapshot of the live ones first. Blocking.
-pub(super) fn load(
-    part: &Partition,
-    partition: u32,
-    config: &GroupConfig,
-    rewrite: bool,
-) -> anyhow::Result<Loaded> {
+/// Replays `part` (partition `partition` of `__consumer_offsets`) into groups. The log is a compacted topic the
+/// broker's log cleaner keeps small (decision 0002), so a replay reads about the live records. Blocking.
+pub(super) fn load(part: &Partition, partition: u32) -> anyhow::Result<Loaded> {
     let now = Instant::now();
     let groups = std::cell::RefCell::new(HashMap::new());
     let open: std::cell::RefCell<HashMap<i64, super::txn_offsets::PendingOffsets>> =
@@ -488,24 +480,7 @@ pub(super) fn load(
     let mut groups = groups.into_inner();
     let txn_pending: Vec<_> =
         super::txn_offsets::open_at_end(partition, open.into_inner()).collect();
-    let mut records = stats.records;
-    if rewrite {
-        let live = live_records(groups.values());
-        if should_rewrite(records, live.len() as u64, config) {
-            tracing::info!(
-                partition = %part.name(),
-                records,
-                live = live.len(),
-                "replacing the log's dead records with a snapshot of its live ones"
-            );
-            let now_ms = wall_ms();
-            part.replace_prefix_with_snapshot(
-                &mut super::store::build_batches(&live, now_ms),
-                now_ms,
-            )?;
-            records = live.len() as u64;
-        }
-    }
+    let records = stats.records;
     // Groups loaded with members wait a full session timeout from now before expiring them (as Kafka does on
     // loading a partition).
     for g in groups.values_mut() {
@@ -553,30 +528,9 @@ fn stage_txn_record(
     }
 }
 
-/// The live records of `groups`: the group metadata last written and every committed offset.
-fn live_records<'a>(groups: impl Iterator<Item = &'a Group>) -> Vec<Record> {
-    groups
-        .flat_map(|g| {
-            let meta = g.persisted_metadata.clone().map(|value| Record {
-                key: records::group_key(&g.id),
-                value: Some(value),
-            });
-            meta.into_iter().chain(
-                g.offsets
-                    .iter()
-                    .map(|((t, p), e)| g.offset_record(t, *p, e)),
-            )
-        })
-        .collect()
-}
-
-fn should_rewrite(records: u64, live: u64, config: &GroupConfig) -> bool {
-    records > config.rewrite_min_records && records > 2 * live
-}
-
 impl State {
     /// No partition owned yet: [`State::begin_load`] / [`State::install`] make this broker coordinator of one.
-    pub fn new(config: GroupConfig, rewrite_enabled: bool) -> State {
+    pub fn new(config: GroupConfig) -> State {
         State {
             groups: HashMap::new(),
             writer: Writer {
@@ -587,7 +541,6 @@ impl State {
             },
             next_retention_check: Instant::now()
                 + Duration::from_millis(config.offsets_retention_check_interval_ms),
-            rewrite_enabled,
             config,
             txn_pending: Default::default(),
         }
@@ -670,33 +623,6 @@ impl State {
             "no longer the coordinator of {}-{partition}",
             super::store::TOPIC
         );
-    }
-
-    /// Rewrites `partition` (single node) when it holds more than `rewrite_min_records` records and more than
-    /// twice the live ones. The engine has no compaction yet; this bounds the log while running.
-    pub fn maybe_rewrite(&mut self, partition: u32) -> anyhow::Result<()> {
-        if !self.rewrite_enabled {
-            return Ok(());
-        }
-        let Some(Owned::Active { part, records, .. }) = self.writer.owned.get(&partition) else {
-            return Ok(());
-        };
-        let live = live_records(self.groups.values().filter(|g| g.partition == partition));
-        if !should_rewrite(*records, live.len() as u64, &self.config) {
-            return Ok(());
-        }
-        tracing::info!(
-            partition = %part.name(),
-            records,
-            live = live.len(),
-            "replacing the log's dead records with a snapshot of its live ones"
-        );
-        let now_ms = wall_ms();
-        part.replace_prefix_with_snapshot(&mut super::store::build_batches(&live, now_ms), now_ms)?;
-        if let Some(Owned::Active { records, .. }) = self.writer.owned.get_mut(&partition) {
-            *records = live.len() as u64;
-        }
-        Ok(())
     }
 
     /// Whether some owned partition is still being replayed.
@@ -1055,11 +981,6 @@ impl State {
         }
         if now >= self.next_retention_check {
             self.expire_offsets(super::wall_ms_now());
-            for partition in self.owned_partitions() {
-                if let Err(e) = self.maybe_rewrite(partition) {
-                    tracing::error!(partition, error = %format!("{e:#}"), "rewriting a coordinator log partition failed");
-                }
-            }
             self.next_retention_check =
                 now + Duration::from_millis(self.config.offsets_retention_check_interval_ms);
         }

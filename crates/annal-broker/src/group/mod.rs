@@ -112,9 +112,6 @@ pub struct GroupConfig {
     /// Commits survive kill -9 either way (the page cache outlives the process); this adds power-loss
     /// durability.
     pub sync_writes: bool,
-    /// Single node: a partition holding more than this many records, and more than twice its live records, has
-    /// its dead prefix replaced by a snapshot of the live ones (the engine has no compaction yet).
-    pub rewrite_min_records: u64,
     /// `group.consumer.session.timeout.ms` (45000): KIP-848 members are fenced after this without a heartbeat.
     pub consumer_session_timeout_ms: i32,
     /// `group.consumer.heartbeat.interval.ms` (5000): told to KIP-848 members.
@@ -138,7 +135,6 @@ impl Default for GroupConfig {
             offsets_retention_check_interval_ms: 600_000,
             offset_metadata_max_bytes: 4096,
             sync_writes: true,
-            rewrite_min_records: 10_000,
             consumer_session_timeout_ms: 45_000,
             consumer_heartbeat_interval_ms: 5_000,
             lag_window_commits: 10,
@@ -264,8 +260,6 @@ pub(crate) struct Shared {
     creator: Arc<dyn OffsetsTopicCreator>,
     /// One creation of `__consumer_offsets` at a time.
     creating: tokio::sync::Mutex<()>,
-    /// Single node: mostly dead partitions are rewritten (never in a cluster, where replicas must not diverge).
-    rewrite_enabled: bool,
     /// The last commits of each group and partition, for lag health (its own lock, not the state's).
     commit_windows: Arc<CommitWindows>,
 }
@@ -337,12 +331,11 @@ impl GroupCoordinator {
             adopt_legacy_partitions(&replicas, &config)?;
         }
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::new(config.clone(), single_node)),
+            state: Mutex::new(State::new(config.clone())),
             wake: Notify::new(),
             creator,
             replicas,
             creating: tokio::sync::Mutex::new(()),
-            rewrite_enabled: single_node,
             commit_windows: Arc::new(CommitWindows::new(config.lag_window_commits)),
             config,
         });
@@ -1050,7 +1043,7 @@ fn reconcile(shared: &Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>> {
 /// Replays one partition and installs its groups, unless leadership moved meanwhile. Blocking.
 fn load_partition(shared: &Arc<Shared>, partition: u32, leader_epoch: i32, part: Arc<Partition>) {
     let started = Instant::now();
-    match classic::load(&part, partition, &shared.config, shared.rewrite_enabled) {
+    match classic::load(&part, partition) {
         Ok(loaded) => {
             let groups = loaded.groups.len();
             if shared

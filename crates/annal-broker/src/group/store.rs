@@ -13,8 +13,6 @@ use crate::replica::Partition;
 
 /// Kafka's internal topic name; our directories carry it so a Kafka user recognises them.
 pub const TOPIC: &str = "__consumer_offsets";
-/// Records per batch when writing a snapshot of a partition's live records.
-const REWRITE_BATCH_RECORDS: usize = 512;
 /// Bytes read per step while replaying.
 const REPLAY_READ_BYTES: usize = 1 << 20;
 
@@ -27,7 +25,7 @@ pub struct Record {
     pub value: Option<Vec<u8>>,
 }
 
-/// What replaying a partition found, for the rewrite decision.
+/// What replaying a partition found.
 pub struct ReplayStats {
     pub records: u64,
 }
@@ -151,14 +149,6 @@ pub fn prepare_legacy_dir(dir: &Path, num_partitions: u32) -> anyhow::Result<Vec
         );
     }
     Ok(present)
-}
-
-/// `records` as uncompressed v2 batches of at most `REWRITE_BATCH_RECORDS` records each, ready to append.
-pub fn build_batches(records: &[Record], now_ms: i64) -> Vec<Vec<u8>> {
-    records
-        .chunks(REWRITE_BATCH_RECORDS)
-        .map(|chunk| build(chunk, now_ms))
-        .collect()
 }
 
 fn list_names(dir: &Path) -> anyhow::Result<Vec<String>> {

@@ -1061,42 +1061,6 @@ impl Partition {
             })
     }
 
-    /// The group coordinator's interim bound on a `__consumer_offsets` partition until the engine compacts
-    /// (single node only; see docs/decisions/0002): starts a new segment, appends `batches` (a snapshot of the
-    /// live records), fsyncs, then moves the log start to the snapshot's first offset, which deletes the older
-    /// segments. Crash-safe by order: until the log start moves, a replay reads the old records and then the
-    /// snapshot, which ends in the same state. Returns the new log start. Blocking.
-    pub fn replace_prefix_with_snapshot(
-        &self,
-        batches: &mut [Vec<u8>],
-        now_ms: i64,
-    ) -> Result<i64, PartitionError> {
-        let state = self.state.read();
-        self.check_leader(&state, -1)?;
-        let storage = |source| PartitionError::Log {
-            partition: self.name(),
-            source,
-        };
-        let mut log = self.log.lock();
-        log.roll().map_err(storage)?;
-        let start = log.log_end_offset();
-        let opts = AppendOptions {
-            leader_epoch: state.leader_epoch,
-            now_ms,
-            origin: annal_log::AppendOrigin::Coordinator,
-            ..Default::default()
-        };
-        for batch in batches.iter_mut() {
-            log.append(batch, &opts).map_err(storage)?;
-        }
-        log.flush().map_err(storage)?;
-        let log_start = log.delete_records_before(start).map_err(storage)?;
-        drop(log);
-        drop(state);
-        self.high_watermark_moved();
-        Ok(log_start)
-    }
-
     /// OffsetForLeaderEpoch (KIP-101/320): the largest epoch <= `leader_epoch` this partition knows, and the
     /// offset where it ended (the log end for the current epoch). (-1, -1) if `leader_epoch` is newer than any
     /// known epoch, as Kafka answers.

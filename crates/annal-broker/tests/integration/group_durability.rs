@@ -1,5 +1,6 @@
 //! Commits and group metadata survive restarts: a clean shutdown, a dropped coordinator (no shutdown), and a
-//! kill -9 of a process that committed. Plus the log rewrite on open and refusing a lowered partition count.
+//! kill -9 of a process that committed. Plus adopting the old coordinator's logs and refusing a lowered partition
+//! count. (Compaction of `__consumer_offsets` by the broker's cleaner: tests/offsets_compaction.rs.)
 
 use crate::group_support;
 
@@ -242,75 +243,6 @@ async fn commits_survive_kill_9_of_the_process() {
     check_pattern(&c, &expected).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_log_of_mostly_superseded_commits_is_rewritten_on_open() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = GroupConfig {
-        rewrite_min_records: 100,
-        sync_writes: false,
-        ..fast_config()
-    };
-    let c = open(dir.path(), config.clone());
-    for i in 0..500 {
-        commit(
-            &c,
-            "busy",
-            -1,
-            "",
-            &[("t", 0, i, Some("m")), ("t", 1, 2 * i, None)],
-            9,
-        )
-        .await;
-    }
-    commit(&c, "quiet", -1, "", &[("q", 0, 1, None)], 9).await;
-    c.shutdown().await;
-    drop(c);
-    let size = |d: &Path| -> u64 {
-        let mut total = 0;
-        for e in std::fs::read_dir(d).unwrap() {
-            let e = e.unwrap();
-            if e.file_name()
-                .to_string_lossy()
-                .starts_with("__consumer_offsets-")
-            {
-                for f in std::fs::read_dir(e.path()).unwrap() {
-                    let f = f.unwrap();
-                    if f.file_name().to_string_lossy().ends_with(".log") {
-                        total += f.metadata().unwrap().len();
-                    }
-                }
-            }
-        }
-        total
-    };
-    let before = size(dir.path());
-    let c = open(dir.path(), config.clone());
-    let after = size(dir.path());
-    assert!(after * 10 < before, "rewritten: {before} -> {after} bytes");
-    assert_eq!(
-        fetch(&c, "busy", Some(&[("t", vec![0, 1])]))
-            .await
-            .iter()
-            .map(|f| f.2)
-            .collect::<Vec<_>>(),
-        vec![499, 998]
-    );
-    assert_eq!(fetch(&c, "quiet", Some(&[("q", vec![0])])).await[0].2, 1);
-    // And the rewritten log keeps working and survives another restart.
-    commit(&c, "busy", -1, "", &[("t", 0, 1000, None)], 9).await;
-    drop(c);
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let c = open(dir.path(), config);
-    assert_eq!(
-        fetch(&c, "busy", Some(&[("t", vec![0, 1])]))
-            .await
-            .iter()
-            .map(|f| f.2)
-            .collect::<Vec<_>>(),
-        vec![1000, 998]
-    );
-}
-
 /// Writes offset commits the way the coordinator did before `__consumer_offsets` was a registered topic: its
 /// own engine log per partition under `<dir>/__consumer_offsets-<n>/` (Kafka's record schemas, one batch per
 /// commit, appended as the coordinator, closed cleanly), with no entry in the topic registry.
@@ -477,10 +409,9 @@ async fn once_the_topic_exists_its_partition_count_decides_where_a_group_lives()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_running_coordinator_rewrites_its_log_and_keeps_the_last_persisted_group_state() {
+async fn a_restart_sees_the_last_persisted_group_state_not_an_unfinished_rebalance() {
     let dir = tempfile::tempdir().unwrap();
     let config = GroupConfig {
-        rewrite_min_records: 50,
         offsets_retention_check_interval_ms: 100,
         initial_rebalance_delay_ms: 0,
         sync_writes: false,
@@ -524,28 +455,7 @@ async fn a_running_coordinator_rewrites_its_log_and_keeps_the_last_persisted_gro
         )
         .await
     });
-    let log_bytes = |d: &Path| -> u64 {
-        std::fs::read_dir(d.join("__consumer_offsets-4"))
-            .map(|it| {
-                it.filter_map(|e| e.ok())
-                    .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
-                    .map(|e| e.metadata().unwrap().len())
-                    .sum()
-            })
-            .unwrap_or(0)
-    };
-    let big = log_bytes(dir.path());
-    let path = dir.path().to_path_buf();
-    assert!(
-        eventually(Duration::from_secs(3), || {
-            let p = path.clone();
-            async move { log_bytes(&p) * 5 < big }
-        })
-        .await,
-        "rewritten while running: {big} -> {}",
-        log_bytes(dir.path())
-    );
-    // Still writable after the rewrite, and a restart (no clean shutdown) sees everything.
+    // Still writable, and a restart (no clean shutdown) sees everything.
     assert_eq!(
         commit(&c, "abc", generation, &me, &[("t", 1, 77, None)], 9).await[0].2,
         NONE
