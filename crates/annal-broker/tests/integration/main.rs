@@ -16,6 +16,7 @@ mod group_durability;
 mod group_membership;
 mod group_offsets;
 mod group_txn_offsets;
+mod offsets_compaction;
 mod persistence;
 mod replica;
 mod security;

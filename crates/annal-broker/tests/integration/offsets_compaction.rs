@@ -3,7 +3,7 @@
 //! compacts the log while the broker runs, and a restarted broker replays the small log and serves the latest
 //! committed offsets.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
