@@ -39,6 +39,7 @@ fn state_registry(broker: &Broker, reports: &[GroupReport]) -> Registry {
     partitions(&mut r, broker);
     cluster(&mut r, broker);
     groups(&mut r, reports);
+    retention_guard(&mut r, broker);
     process_and_disk(&mut r, broker);
     r
 }
@@ -282,6 +283,26 @@ fn groups(r: &mut Registry, reports: &[GroupReport]) {
         "annal_group_retention_warning",
         "1 if the time to loss is below lag.retention.warning.ms",
         warning,
+    );
+}
+
+/// What the retention guard holds (`retention.guard.groups`), for the partitions of topics that set it only.
+fn retention_guard(r: &mut Registry, broker: &Broker) {
+    let held = gauge_family();
+    let guards = super::retention_guard::Guards::new(broker);
+    for p in broker.replica_manager().all_partitions() {
+        if guards.settings_of(p.topic()).is_some() {
+            held.get_or_create(&vec![
+                ("topic", p.topic().to_string()),
+                ("partition", p.index().to_string()),
+            ])
+            .set(p.stats.guard_held_bytes().min(i64::MAX as u64) as i64);
+        }
+    }
+    r.register(
+        "annal_partition_retention_guard_held_bytes",
+        "Bytes retention would have deleted that retention.guard.groups kept, at the last retention pass",
+        held,
     );
 }
 
