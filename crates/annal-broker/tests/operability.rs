@@ -183,6 +183,11 @@ async fn metrics_and_group_health_over_http() {
             >= 3.0
     );
     assert_eq!(sample(&text, "annal_active_controller", &[]), Some(1.0));
+    // Per-partition lag series are opt in (lag.metrics.per.partition).
+    assert!(
+        !text.contains("annal_group_partition_lag_records"),
+        "{text}"
+    );
     assert!(
         sample(&text, "annal_log_fsync_duration_seconds_count", &[]).unwrap() >= 1.0,
         "{text}"
@@ -463,4 +468,85 @@ async fn raw_config_documentation(kafka: SocketAddr, topic: &str, name: &str) ->
         .into_iter()
         .find(|c| c.name.as_str() == name)?;
     entry.documentation.map(|d| d.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_partition_lag_series_when_opted_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let (kafka, http, stop_tx, served) =
+        start_broker(dir.path(), &["lag.metrics.per.partition=true"]).await;
+    let mut client = Client::connect(&kafka.to_string()).await.unwrap();
+    client
+        .create_topic("lagging", Some(2), None, &[])
+        .await
+        .unwrap();
+    let topic = client.created_topic("lagging").await.unwrap();
+    let minute_ago = annal_broker::now_ms() - 60_000;
+    for partition in 0..2 {
+        let records: Vec<OutgoingRecord> = (0..10)
+            .map(|i| OutgoingRecord {
+                key: None,
+                value: Some(format!("v{i}").into_bytes().into()),
+                headers: Vec::new(),
+                timestamp: minute_ago + i,
+            })
+            .collect();
+        let batch = encode_batch(&records, Compression::None).unwrap();
+        client
+            .produce(&topic, vec![(partition, batch)], -1, 5000)
+            .await
+            .unwrap();
+    }
+    let codes = client
+        .commit_offsets("reader", "lagging", &BTreeMap::from([(0, 3), (1, 10)]))
+        .await
+        .unwrap();
+    assert_eq!(codes.len(), 2);
+    assert!(codes.values().all(|c| *c == 0), "{codes:?}");
+
+    let (status, text) = get(http, "/metrics").await;
+    assert_eq!(status, 200);
+    let lag = |partition: &str| {
+        sample(
+            &text,
+            "annal_group_partition_lag_records",
+            &[
+                ("group", "reader"),
+                ("topic", "lagging"),
+                ("partition", partition),
+            ],
+        )
+    };
+    let seconds = |partition: &str| {
+        sample(
+            &text,
+            "annal_group_partition_lag_seconds",
+            &[
+                ("group", "reader"),
+                ("topic", "lagging"),
+                ("partition", partition),
+            ],
+        )
+    };
+    assert_eq!(lag("0"), Some(7.0), "{text}");
+    assert_eq!(lag("1"), Some(0.0), "{text}");
+    // Offset 3 of partition 0 was stamped a minute ago; partition 1 is caught up.
+    assert!(
+        seconds("0").is_some_and(|s| (59.0..120.0).contains(&s)),
+        "{text}"
+    );
+    assert_eq!(seconds("1"), Some(0.0), "{text}");
+    // The per-group series are still there, summing the partitions.
+    assert_eq!(
+        sample(&text, "annal_group_lag_records_sum", &[("group", "reader")]),
+        Some(7.0)
+    );
+
+    drop(client);
+    let _ = stop_tx.send(());
+    tokio::time::timeout(Duration::from_secs(30), served)
+        .await
+        .expect("broker stops")
+        .unwrap()
+        .unwrap();
 }

@@ -80,6 +80,9 @@ pub struct OpsConfig {
     /// `lag.retention.warning.ms` (1 h): warn when retention would delete a group's next unconsumed record
     /// sooner than this.
     pub lag_retention_warning_ms: i64,
+    /// `lag.metrics.per.partition` (false): also export lag per group, topic and partition (one series per
+    /// committed partition; off by default to keep series counts low, as Redpanda and kminion do).
+    pub lag_metrics_per_partition: bool,
 }
 
 impl Default for OpsConfig {
@@ -88,6 +91,7 @@ impl Default for OpsConfig {
             http_listen: Some(DEFAULT_HTTP_LISTEN.to_string()),
             http_listen_explicit: false,
             lag_retention_warning_ms: 3_600_000,
+            lag_metrics_per_partition: false,
         }
     }
 }
