@@ -21,6 +21,7 @@
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -158,6 +159,20 @@ def throughput_round(annal_bin, metrics_on, records):
             "fetch_rps": round(fetched), "scrapes": scraper.scrapes if scraper else 0}
 
 
+# Open files per partition: the active segment's log, its offset and time indexes (Kafka needs as many).
+FDS_PER_PARTITION = 3
+
+
+def fd_limited(partitions):
+    """The most partitions (whole thousands) the open-file limit allows, after raising the soft limit to the
+    hard one (the broker inherits it)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    room = (hard - 2000) // FDS_PER_PARTITION
+    return partitions if partitions <= room else max(1000, room // 1000 * 1000)
+
+
 def scrape_cost(annal_bin, partitions):
     workdir = Path(tempfile.mkdtemp(prefix="annal-bench-scrape-"))
     http_port = procs.free_port()
@@ -177,9 +192,20 @@ def scrape_cost(annal_bin, partitions):
                 p.produce(n, b"r", partition=i)
             p.poll(0)
         p.flush(120)
+        del p
         c = ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": "bench-scrape"})
         for n in names:
-            c.commit(offsets=[ck.TopicPartition(n, i, 1) for i in range(per_topic)], asynchronous=False)
+            offsets = [ck.TopicPartition(n, i, 1) for i in range(per_topic)]
+            # The first commit creates __consumer_offsets; its coordinator may still be loading.
+            for attempt in range(60):
+                try:
+                    c.commit(offsets=offsets, asynchronous=False)
+                    break
+                except ck.KafkaException as e:
+                    if attempt == 59:
+                        raise
+                    procs.log(f"commit on {n} failed ({e}); retrying")
+                    time.sleep(1)
         c.close()
         url = f"http://127.0.0.1:{http_port}/metrics"
         walls, cpus, size = [], [], 0
@@ -207,7 +233,8 @@ def main():
     ap.add_argument("--annal-bin", default=os.environ.get("ANNAL_BIN", str(REPO / "target/release/annal")))
     ap.add_argument("--rounds", type=int, default=3, help="rounds per side (alternating off, on)")
     ap.add_argument("--records", type=int, default=200_000)
-    ap.add_argument("--partitions", type=int, default=10_000)
+    ap.add_argument("--partitions", default="10000",
+                    help="partition counts of the scrape-cost runs, comma-separated (e.g. 2000,6000)")
     ap.add_argument("--skip-scrape", action="store_true")
     ap.add_argument("--out")
     args = ap.parse_args()
@@ -218,14 +245,23 @@ def main():
             procs.log(f"round {r + 1} metrics {res['metrics']}: produce {res['produce_rps']} rec/s, "
                       f"fetch {res['fetch_rps']} rec/s ({res['scrapes']} scrapes)")
             results["rounds"].append(res)
-    for kind in ("produce_rps", "fetch_rps"):
+    for kind in ("produce_rps", "fetch_rps") if results["rounds"] else ():
         off = statistics.median(x[kind] for x in results["rounds"] if x["metrics"] == "off")
         on = statistics.median(x[kind] for x in results["rounds"] if x["metrics"] == "on")
         results[kind] = {"off_median": off, "on_median": on, "on_vs_off_pct": round((on - off) / off * 100, 2)}
         procs.log(f"{kind}: off {off:.0f}, on {on:.0f}: {results[kind]['on_vs_off_pct']:+.2f}%")
     if not args.skip_scrape:
-        results["scrape"] = scrape_cost(args.annal_bin, args.partitions)
-        procs.log(f"scrape with {results['scrape']['partitions']} partitions: {results['scrape']}")
+        results["scrape"] = []
+        for count in (int(c) for c in args.partitions.split(",")):
+            fits = fd_limited(count)
+            if fits < count:
+                procs.log(f"{count} partitions need about {FDS_PER_PARTITION * count} open files, more than this "
+                          f"machine's hard limit ({resource.getrlimit(resource.RLIMIT_NOFILE)[1]}): "
+                          f"measuring {fits} instead (raise `ulimit -n` for the full count)")
+                count = fits
+            res = scrape_cost(args.annal_bin, count)
+            procs.log(f"scrape with {res['partitions']} partitions: {res}")
+            results["scrape"].append(res)
     print(json.dumps(results, indent=2))
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
