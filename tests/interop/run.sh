@@ -62,6 +62,16 @@ if ! command -v openssl > /dev/null; then
   fi
 fi
 
+# Debian's prometheus, for test_prometheus.py (a real Prometheus server scraping Annal); without it that test
+# tries apt itself, then skips and says why. --no-install-recommends: the server only, not the exporters.
+if ! command -v prometheus > /dev/null; then
+  if ! { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
+         || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }; \
+       } > "$cache/apt-prometheus.log" 2>&1; then
+    echo "interop: could not install prometheus with apt (see $cache/apt-prometheus.log); test_prometheus.py will skip"
+  fi
+fi
+
 python_rc=0
 java_rc=0
 start=$SECONDS

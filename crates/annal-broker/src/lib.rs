@@ -535,7 +535,10 @@ fn flush_due(broker: &Broker) {
 }
 
 fn apply_retention(broker: &Broker) {
-    let moved = broker.replica_manager.apply_retention(now_ms());
+    let guards = ops::retention_guard::Guards::new(broker);
+    let moved = broker
+        .replica_manager
+        .apply_retention(now_ms(), &|p| guards.guard_for(p));
     ops::groups::account_retention(broker, &moved);
 }
 

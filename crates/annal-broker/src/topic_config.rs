@@ -211,6 +211,16 @@ pub const TOPIC_SETTINGS: &[TopicSetting] = &[
     ts("remote.storage.enable", Kind::Choice(&["false"]), None),
     // Annal's own: keep a key index beside each segment (`GET /v1/topics/{topic}/records?key=`, `annal lookup`).
     ts("key.index.enable", Kind::Bool, None),
+    // Annal's own: the retention guard (`ops/retention_guard.rs`).
+    ts(crate::ops::retention_guard::GROUPS, Kind::Text, None),
+    ts(
+        crate::ops::retention_guard::MAX_BYTES,
+        Kind::Long {
+            min: -1,
+            max: i64::MAX,
+        },
+        None,
+    ),
     ts("leader.replication.throttled.replicas", Kind::Text, None),
     ts("follower.replication.throttled.replicas", Kind::Text, None),
 ];
@@ -235,8 +245,26 @@ fn static_default(name: &str) -> &'static str {
         "local.retention.bytes" => "-2",
         "remote.storage.enable" => "false",
         "key.index.enable" => "false",
+        "retention.guard.groups" => "",
+        "retention.guard.max.bytes" => crate::ops::retention_guard::MAX_BYTES_DEFAULT,
         _ => "",
     }
+}
+
+/// DescribeConfigs' documentation for the configs Annal adds (Kafka's own are documented by Kafka).
+pub fn documentation(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "key.index.enable" => {
+            "Annal: keep a key index beside each segment, for records by key (GET /v1/topics/{topic}/records?key=, annal lookup)."
+        }
+        "retention.guard.groups" => {
+            "Annal: comma-separated consumer groups whose unconsumed records retention.ms and retention.bytes do not delete, on each partition where the group has a committed offset, up to retention.guard.max.bytes held per partition. Empty (the default): off."
+        }
+        "retention.guard.max.bytes" => {
+            "Annal: the most bytes per partition the retention guard keeps beyond what retention would; past it the oldest held segments are deleted and the loss is counted in annal_group_records_lost_to_retention_total. -1: no cap (the disk may fill)."
+        }
+        _ => return None,
+    })
 }
 
 pub fn find(name: &str) -> Option<&'static TopicSetting> {
@@ -251,6 +279,9 @@ pub fn validate(name: &str, value: Option<&str>) -> Result<String, String> {
         .kind
         .validate(name, value)
         .map_err(|e| e.to_string())?;
+    if name == crate::ops::retention_guard::GROUPS {
+        return crate::ops::retention_guard::validate_groups(&v);
+    }
     if name == "min.cleanable.dirty.ratio"
         && !v
             .trim()

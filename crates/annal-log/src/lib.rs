@@ -49,7 +49,8 @@ pub use crate::key_lookup::{
     KeyIndexProgress, KeyLookup, KeyQuery, LOOKUP_CATCH_UP_BYTES_MAX, REJECTED_CANDIDATES_MAX,
 };
 pub use crate::log::{
-    AppendInfo, AppendOptions, AppendOrigin, Log, LogRead, SegmentInfo, SyncHandle, TimestampType,
+    AppendInfo, AppendOptions, AppendOrigin, Log, LogRead, RetentionGuard, RetentionOutcome,
+    SegmentInfo, SyncHandle, TimestampType,
 };
 pub use crate::records::OwnedRecord;
 pub use crate::slice::FileSlice;

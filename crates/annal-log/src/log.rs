@@ -86,6 +86,23 @@ pub struct LogRead {
     pub log_end_offset: i64,
 }
 
+/// What retention must keep for consumers that have not read it yet (the broker's `retention.guard.groups`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionGuard {
+    /// The lowest offset a guarded consumer has not consumed: segments holding it or later offsets are kept.
+    pub keep_from: i64,
+    /// The most bytes the guard keeps beyond what retention would (`None`: no limit).
+    pub max_bytes: Option<u64>,
+}
+
+/// What one retention pass did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RetentionOutcome {
+    pub deleted_segments: u32,
+    /// Bytes retention would have deleted that the guard kept.
+    pub held_bytes: u64,
+}
+
 /// A summary of one segment, for inspection tools.
 #[derive(Debug, Clone)]
 pub struct SegmentInfo {
@@ -1120,6 +1137,19 @@ impl Log {
     /// offset. If every segment, the active one included, has expired by time, the log rolls first so that the
     /// expired data can go (as Kafka does); the new active segment is empty. Also forgets idle producers.
     pub fn apply_retention(&mut self, now_ms: i64) -> crate::Result<u32> {
+        self.apply_retention_guarded(now_ms, None)
+            .map(|outcome| outcome.deleted_segments)
+    }
+
+    /// [`Log::apply_retention`] with the retention guard (the broker's `retention.guard.groups`): segments that
+    /// retention would delete but that hold offsets at or above `guard.keep_from` stay, as long as their bytes
+    /// together are within `guard.max_bytes`; past it, the oldest of them go until the rest fit (so the guard
+    /// holds at most `max_bytes` beyond what retention keeps).
+    pub fn apply_retention_guarded(
+        &mut self,
+        now_ms: i64,
+        guard: Option<RetentionGuard>,
+    ) -> crate::Result<RetentionOutcome> {
         let mut expired_count = 0usize;
         if self.config.retention_ms >= 0 {
             for seg in self.segments.values() {
@@ -1147,6 +1177,10 @@ impl Log {
                 }
             }
         }
+        let held_bytes = match guard {
+            Some(guard) => self.hold_for_guard(&mut doomed, guard),
+            None => 0,
+        };
         // Segments wholly below the log start (left by truncation or DeleteRecords) go too, as Kafka's
         // log-start-offset breach retention does.
         for seg in self.segments.values() {
@@ -1173,7 +1207,36 @@ impl Log {
         if !doomed.is_empty() {
             self.write_checkpoint(false)?;
         }
-        Ok(doomed.len() as u32)
+        Ok(RetentionOutcome {
+            deleted_segments: doomed.len() as u32,
+            held_bytes,
+        })
+    }
+
+    /// Takes out of `doomed` (the oldest segments, in offset order, that retention.ms / retention.bytes would
+    /// delete) those the guard keeps; returns their bytes.
+    fn hold_for_guard(&self, doomed: &mut Vec<i64>, guard: RetentionGuard) -> u64 {
+        // Below the log start nothing can be consumed any more: there is nothing to guard.
+        let keep_from = guard.keep_from.max(self.log_start_offset);
+        let mut guarded: Vec<(i64, u64)> = doomed
+            .iter()
+            .filter_map(|base| self.segments.get(base))
+            .filter(|s| s.next_offset() > keep_from)
+            .map(|s| (s.base_offset(), s.size()))
+            .collect();
+        guarded.sort_unstable();
+        let mut held: u64 = guarded.iter().map(|(_, size)| size).sum();
+        let mut released = 0;
+        if let Some(max) = guard.max_bytes {
+            // Oldest first, as retention itself deletes.
+            while held > max && released < guarded.len() {
+                held -= guarded[released].1;
+                released += 1;
+            }
+        }
+        let kept: Vec<i64> = guarded[released..].iter().map(|(b, _)| *b).collect();
+        doomed.retain(|b| !kept.contains(b));
+        held
     }
 
     /// fsyncs everything appended so far (waiting for a roll's background fsync, if one is running).

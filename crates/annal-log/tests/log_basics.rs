@@ -1,7 +1,7 @@
 //! Behaviour of the log through its public API: append, read, indexes, rolling, recovery, retention.
 
 use annal_log::batch::{self, build_batch, build_uncompressed_batch, ProducerFields};
-use annal_log::{AppendOptions, Log, LogConfig, LogError, TimestampType};
+use annal_log::{AppendOptions, Log, LogConfig, LogError, RetentionGuard, TimestampType};
 
 /// A (key, value) record for `build_batch`.
 type Record<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
@@ -234,6 +234,61 @@ fn retention_by_size_and_time_and_delete_records() {
             .first_offset,
         100
     );
+}
+
+#[test]
+fn retention_guard_keeps_unconsumed_segments_up_to_its_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_segments()).unwrap();
+    for i in 0..100 {
+        log.append(&mut batch_of(1, 200, 1_000 + i), &opts(0))
+            .unwrap();
+    }
+    log.set_config(LogConfig {
+        retention_ms: 1_000,
+        ..small_segments()
+    });
+    let segments = log.segments();
+    assert!(segments.len() >= 4, "{segments:?}");
+    // A consumer at the start of the third segment: the first two may go, the rest are guarded.
+    let keep_from = segments[2].base_offset;
+    let guarded_bytes: u64 = segments[2..].iter().map(|s| s.size_bytes).sum();
+    let unlimited = RetentionGuard {
+        keep_from,
+        max_bytes: None,
+    };
+    let outcome = log
+        .apply_retention_guarded(1_000_000, Some(unlimited))
+        .unwrap();
+    assert_eq!(outcome.deleted_segments, 2);
+    assert_eq!(log.log_start_offset(), keep_from);
+    assert_eq!(outcome.held_bytes, guarded_bytes);
+    assert!(log.read(keep_from, 1, None).unwrap().slice.is_some());
+
+    // A cap one segment short of what is held: the oldest guarded segment goes, the rest stay.
+    let first_guarded = segments[2].size_bytes;
+    let capped = RetentionGuard {
+        keep_from,
+        max_bytes: Some(guarded_bytes - first_guarded),
+    };
+    let outcome = log
+        .apply_retention_guarded(1_000_000, Some(capped))
+        .unwrap();
+    assert_eq!(outcome.deleted_segments, 1);
+    assert_eq!(outcome.held_bytes, guarded_bytes - first_guarded);
+    assert_eq!(log.log_start_offset(), segments[3].base_offset);
+
+    // A guard below the log start guards what is left; without a guard retention empties the log.
+    let behind = RetentionGuard {
+        keep_from: 0,
+        max_bytes: None,
+    };
+    let outcome = log
+        .apply_retention_guarded(1_000_000, Some(behind))
+        .unwrap();
+    assert_eq!(outcome.deleted_segments, 0);
+    log.apply_retention(1_000_000).unwrap();
+    assert_eq!(log.log_start_offset(), 100);
 }
 
 #[test]

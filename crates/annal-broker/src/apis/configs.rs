@@ -57,7 +57,7 @@ pub async fn describe(
                             .with_name(s(st.name))
                             .with_value(Some(s(value.clone())))
                             .with_config_source(source as i8)
-                            .with_documentation(None);
+                            .with_documentation(topic_config::documentation(st.name).map(s));
                         if version >= 3 {
                             entry.config_type = st.kind.config_type();
                         }

@@ -345,6 +345,7 @@ pub const BROKER_SETTINGS: &[Setting] = &[
     setting("http.listen", Kind::Text, crate::ops::DEFAULT_HTTP_LISTEN),
     setting("lag.window.commits", Kind::Int { min: 1, max: 1000 }, "10"),
     setting("lag.retention.warning.ms", long(0), "3600000"),
+    setting("lag.metrics.per.partition", Kind::Bool, "false"),
 ];
 
 /// A setting whose default is computed (from other settings or the node's roles), so the table has none.
@@ -690,6 +691,8 @@ impl BrokerConfig {
                 http_listen: get("http.listen").filter(|v| !v.trim().is_empty()),
                 http_listen_explicit: explicit.contains_key("http.listen"),
                 lag_retention_warning_ms: num("lag.retention.warning.ms"),
+                lag_metrics_per_partition: get("lag.metrics.per.partition").as_deref()
+                    == Some("true"),
             },
             transactions: crate::txn::TxnConfig {
                 num_partitions: num("transaction.state.log.num.partitions") as u32,
@@ -821,6 +824,7 @@ mod tests {
         assert_eq!(c.ops.http_listen.as_deref(), Some("127.0.0.1:9644"));
         assert!(!c.ops.http_listen_explicit);
         assert_eq!(c.ops.lag_retention_warning_ms, 3_600_000);
+        assert!(!c.ops.lag_metrics_per_partition);
         assert_eq!(c.groups.lag_window_commits, 10);
     }
 

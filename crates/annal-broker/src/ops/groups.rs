@@ -316,11 +316,24 @@ pub fn account_retention(broker: &Broker, moved: &[RetentionMove]) {
             if to > from {
                 let count = (to - from) as u64;
                 metrics.records_lost(&g.group, &o.topic, count);
-                tracing::warn!(
-                    group = %g.group, partition = %format!("{}-{}", o.topic, o.partition),
-                    from_offset = from, to_offset = to - 1, records = count,
-                    "retention deleted records this group had not consumed"
-                );
+                let guard = broker
+                    .replica_manager()
+                    .topic(&o.topic)
+                    .and_then(|t| super::retention_guard::settings(&t.configs, broker.config()))
+                    .filter(|s| s.groups.contains(&g.group));
+                match guard {
+                    Some(guard) => tracing::warn!(
+                        group = %g.group, partition = %format!("{}-{}", o.topic, o.partition),
+                        from_offset = from, to_offset = to - 1, records = count,
+                        max_bytes = guard.max_bytes.unwrap_or(0),
+                        "retention deleted records this guarded group had not consumed: the partition held more than retention.guard.max.bytes for it; speed the consumer up or raise the cap"
+                    ),
+                    None => tracing::warn!(
+                        group = %g.group, partition = %format!("{}-{}", o.topic, o.partition),
+                        from_offset = from, to_offset = to - 1, records = count,
+                        "retention deleted records this group had not consumed"
+                    ),
+                }
             }
         }
     }

@@ -9,6 +9,8 @@
 //!   unconsumed record) shared by `/v1/groups`, the metrics and the CLI; and the count of records retention
 //!   deleted before a group consumed them.
 //! - [`http`]: the listener, bounded (connections, request size, time).
+//! - [`retention_guard`]: `retention.guard.groups` / `retention.guard.max.bytes`, what retention keeps for
+//!   groups that have not consumed it yet.
 //! - [`records`]: `/v1/topics/{topic}/records?key=`, records by key from the key index (`key.index.enable`).
 //!
 //! Architecture invariant: nothing here is on the produce or fetch path except [`PartitionStats`]' atomics and
@@ -20,6 +22,7 @@ pub mod lag_health;
 pub mod metrics;
 mod process;
 pub mod records;
+pub mod retention_guard;
 pub mod scrape;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,6 +35,8 @@ pub struct PartitionStats {
     bytes_produced: AtomicU64,
     /// Consumer fetches only (followers' fetches are replication, not consumption).
     bytes_fetched: AtomicU64,
+    /// Bytes the retention guard kept at the last retention pass (retention would have deleted them).
+    guard_held_bytes: AtomicU64,
 }
 
 impl PartitionStats {
@@ -55,6 +60,14 @@ impl PartitionStats {
     pub fn bytes_fetched(&self) -> u64 {
         self.bytes_fetched.load(Ordering::Relaxed)
     }
+
+    pub fn set_guard_held_bytes(&self, bytes: u64) {
+        self.guard_held_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    pub fn guard_held_bytes(&self) -> u64 {
+        self.guard_held_bytes.load(Ordering::Relaxed)
+    }
 }
 
 /// Settings of this module, from `server.properties`.
@@ -67,6 +80,9 @@ pub struct OpsConfig {
     /// `lag.retention.warning.ms` (1 h): warn when retention would delete a group's next unconsumed record
     /// sooner than this.
     pub lag_retention_warning_ms: i64,
+    /// `lag.metrics.per.partition` (false): also export lag per group, topic and partition (one series per
+    /// committed partition; off by default to keep series counts low, as Redpanda and kminion do).
+    pub lag_metrics_per_partition: bool,
 }
 
 impl Default for OpsConfig {
@@ -75,6 +91,7 @@ impl Default for OpsConfig {
             http_listen: Some(DEFAULT_HTTP_LISTEN.to_string()),
             http_listen_explicit: false,
             lag_retention_warning_ms: 3_600_000,
+            lag_metrics_per_partition: false,
         }
     }
 }

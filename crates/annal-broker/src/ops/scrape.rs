@@ -39,6 +39,10 @@ fn state_registry(broker: &Broker, reports: &[GroupReport]) -> Registry {
     partitions(&mut r, broker);
     cluster(&mut r, broker);
     groups(&mut r, reports);
+    retention_guard(&mut r, broker);
+    if broker.config().ops.lag_metrics_per_partition {
+        partition_lag(&mut r, reports);
+    }
     process_and_disk(&mut r, broker);
     r
 }
@@ -282,6 +286,55 @@ fn groups(r: &mut Registry, reports: &[GroupReport]) {
         "annal_group_retention_warning",
         "1 if the time to loss is below lag.retention.warning.ms",
         warning,
+    );
+}
+
+/// Lag per group, topic and partition (`lag.metrics.per.partition`): one pair of series per committed partition.
+fn partition_lag(r: &mut Registry, reports: &[GroupReport]) {
+    let records = gauge_family();
+    let seconds = Family::<Labels, GaugeF64>::default();
+    for g in reports {
+        for p in &g.partitions {
+            let labels: Labels = vec![
+                ("group", g.group.clone()),
+                ("topic", p.topic.clone()),
+                ("partition", p.partition.to_string()),
+            ];
+            records.get_or_create(&labels).set(p.lag);
+            seconds
+                .get_or_create(&labels)
+                .set(p.time_lag_ms as f64 / 1000.0);
+        }
+    }
+    r.register(
+        "annal_group_partition_lag_records",
+        "Records not consumed (high watermark - committed offset) per group, topic and partition",
+        records,
+    );
+    r.register(
+        "annal_group_partition_lag_seconds",
+        "Age of the first unconsumed record per group, topic and partition (0 without lag)",
+        seconds,
+    );
+}
+
+/// What the retention guard holds (`retention.guard.groups`), for the partitions of topics that set it only.
+fn retention_guard(r: &mut Registry, broker: &Broker) {
+    let held = gauge_family();
+    let guards = super::retention_guard::Guards::new(broker);
+    for p in broker.replica_manager().all_partitions() {
+        if guards.settings_of(p.topic()).is_some() {
+            held.get_or_create(&vec![
+                ("topic", p.topic().to_string()),
+                ("partition", p.index().to_string()),
+            ])
+            .set(p.stats.guard_held_bytes().min(i64::MAX as u64) as i64);
+        }
+    }
+    r.register(
+        "annal_partition_retention_guard_held_bytes",
+        "Bytes retention would have deleted that retention.guard.groups kept, at the last retention pass",
+        held,
     );
 }
 

@@ -639,12 +639,18 @@ impl ReplicaManager {
         spent
     }
 
-    /// Housekeeping: applies retention to every partition; returns those whose log start moved. Blocking.
-    pub fn apply_retention(&self, now_ms: i64) -> Vec<RetentionMove> {
+    /// Housekeeping: applies retention to every partition, with the retention guard `guard_of` gives for it
+    /// (`retention.guard.groups`); returns those whose log start moved. Blocking.
+    pub fn apply_retention(
+        &self,
+        now_ms: i64,
+        guard_of: &dyn Fn(&Partition) -> Option<annal_log::RetentionGuard>,
+    ) -> Vec<RetentionMove> {
         let mut moved = Vec::new();
         for p in self.all_partitions() {
             let log_start_before = p.log_start_offset();
-            match p.apply_retention(now_ms) {
+            let guard = guard_of(&p);
+            match p.apply_retention(now_ms, guard).map(|o| o.deleted_segments) {
                 Ok(0) => {}
                 Ok(n) => {
                     tracing::info!(partition = %p.name(), segments = n, "retention deleted segments");

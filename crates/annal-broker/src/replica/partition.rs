@@ -1162,9 +1162,16 @@ impl Partition {
         self.log.lock().index_keys(budget_bytes)
     }
 
-    /// Deletes segments past `retention.ms`/`retention.bytes`; returns how many. Blocking.
-    pub fn apply_retention(&self, now_ms: i64) -> Result<u32, LogError> {
-        self.log.lock().apply_retention(now_ms)
+    /// Deletes segments past `retention.ms`/`retention.bytes`, keeping those the retention guard holds
+    /// (`retention.guard.groups`); records the bytes held in [`Partition::stats`]. Blocking.
+    pub fn apply_retention(
+        &self,
+        now_ms: i64,
+        guard: Option<annal_log::RetentionGuard>,
+    ) -> Result<annal_log::RetentionOutcome, LogError> {
+        let outcome = self.log.lock().apply_retention_guarded(now_ms, guard)?;
+        self.stats.set_guard_held_bytes(outcome.held_bytes);
+        Ok(outcome)
     }
 
     /// fsyncs everything appended. Blocking.
