@@ -40,6 +40,7 @@ fn state_registry(broker: &Broker, reports: &[GroupReport]) -> Registry {
     cluster(&mut r, broker);
     groups(&mut r, reports);
     process_and_disk(&mut r, broker);
+    super::records::register_key_index_gauges(&mut r, broker);
     r
 }
 
