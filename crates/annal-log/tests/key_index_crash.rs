@@ -76,6 +76,11 @@ fn append(log: &mut Log, rng: &mut impl Rng, count: usize, codec: Compression) {
     .expect("append");
 }
 
+/// A record as a scan sees it: offset, key, value.
+type Row = (i64, Option<Vec<u8>>, Option<Vec<u8>>);
+/// A key's records: offset, value.
+type KeyRecords = Vec<(i64, Option<Vec<u8>>)>;
+
 const CODECS: [Compression; 5] = [
     Compression::None,
     Compression::Gzip,
@@ -131,7 +136,7 @@ fn key_index_crash_child() {
 }
 
 /// Every record of the log from its start: (offset, key, value).
-fn scan(log: &Log) -> Vec<(i64, Option<Vec<u8>>, Option<Vec<u8>>)> {
+fn scan(log: &Log) -> Vec<Row> {
     let mut out = Vec::new();
     let mut offset = log.log_start_offset();
     while offset < log.log_end_offset() {
@@ -162,7 +167,7 @@ fn scan(log: &Log) -> Vec<(i64, Option<Vec<u8>>, Option<Vec<u8>>)> {
 }
 
 /// Every record of `key` through `lookup_key`, in small pages.
-fn lookup_all(log: &mut Log, key: &[u8], iteration: usize) -> Vec<(i64, Option<Vec<u8>>)> {
+fn lookup_all(log: &mut Log, key: &[u8], iteration: usize) -> KeyRecords {
     let mut out = Vec::new();
     let mut query = KeyQuery {
         max_records: 7,
@@ -195,7 +200,7 @@ fn key_index_files(dir: &Path) -> BTreeMap<PathBuf, SystemTime> {
 /// Lookups of every key equal the scan; returns the number of records checked.
 fn assert_lookups_exact(log: &mut Log, iteration: usize) -> usize {
     let records = scan(log);
-    let mut by_key: BTreeMap<Vec<u8>, Vec<(i64, Option<Vec<u8>>)>> = BTreeMap::new();
+    let mut by_key: BTreeMap<Vec<u8>, KeyRecords> = BTreeMap::new();
     for (offset, k, v) in &records {
         if let Some(k) = k {
             by_key
