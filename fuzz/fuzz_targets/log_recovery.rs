@@ -4,8 +4,14 @@
 //! Without a checkpoint file every segment is recovered (validated batch by batch), so then every byte it serves
 //! must be valid batches; with one, the segments below the recovery point (all of them after a clean shutdown) are
 //! trusted as they are, as Kafka trusts them, and only the absence of panics is checked.
+//!
+//! The key index is on (`key.index.enable`): `.keyindex` files in the input are checked, used or rebuilt, and for a
+//! fully recovered log every key's lookup must equal what the reads served (exact answers from any files).
 #![no_main]
-use annal_log::{batch, AppendOptions, Log};
+use std::collections::BTreeMap;
+
+use annal_log::records::DecodedBatch;
+use annal_log::{batch, AppendOptions, KeyQuery, Log, LogConfig};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -17,7 +23,10 @@ fuzz_target!(|data: &[u8]| {
     for (kind, base, bytes) in files {
         std::fs::write(dir.path().join(kind.file_name(base)), bytes).expect("write a scratch file");
     }
-    let config = annal_fuzz::small_log_config();
+    let config = LogConfig {
+        key_index: true,
+        ..annal_fuzz::small_log_config()
+    };
     let Ok(mut log) = Log::open(dir.path(), config.clone()) else {
         return;
     };
@@ -25,6 +34,9 @@ fuzz_target!(|data: &[u8]| {
     assert!(start <= end, "log start {start} after log end {end}");
     let mut offset = start;
     let mut reads = 0;
+    // Keyed records served (offset order), per key, for the lookups below; `complete` if the reads reached the end.
+    let mut by_key: BTreeMap<Vec<u8>, Vec<i64>> = BTreeMap::new();
+    let mut keyed_records = 0usize;
     while offset < end && reads < 64 {
         reads += 1;
         let Ok(read) = log.read(offset, 4096, None) else {
@@ -42,11 +54,48 @@ fuzz_target!(|data: &[u8]| {
             Err(_) => break,
         };
         let next = batches.last().map_or(offset, |b| b.header.next_offset());
+        if fully_recovered {
+            let mut position = 0;
+            for b in &batches {
+                let bytes = &bytes[position..position + b.header.size()];
+                position += b.header.size();
+                if b.header.is_control() {
+                    continue;
+                }
+                let Ok(decoded) = DecodedBatch::new(bytes, config.decompressed_batch_limit()) else {
+                    continue;
+                };
+                for r in decoded.records().map_while(Result::ok) {
+                    if let Some(key) = r.key.filter(|_| r.offset >= offset && keyed_records < 4096) {
+                        keyed_records += 1;
+                        by_key.entry(key.to_vec()).or_default().push(r.offset);
+                    }
+                }
+            }
+        }
         if next <= offset {
             break;
         }
         offset = next;
     }
+    let complete = offset >= end && keyed_records < 4096;
+    // Lookups through whatever index files the input held (checked, else rebuilt): exact, or a clean error.
+    let _ = log.index_keys(1 << 16);
+    for (key, offsets) in by_key.iter().take(8) {
+        let query = KeyQuery {
+            max_records: 1000,
+            max_bytes: 1 << 24,
+            ..KeyQuery::new(key)
+        };
+        let Ok(found) = log.lookup_key(&query) else {
+            continue;
+        };
+        let found: Vec<i64> = found.records.iter().map(|r| r.offset).collect();
+        if complete && offsets.len() < 1000 {
+            assert_eq!(&found, offsets, "lookup of a key differs from the records served");
+        }
+    }
+    let _ = log.lookup_key(&KeyQuery::new(b"no such key"));
     let _ = log.offset_for_timestamp(0);
     let _ = log.offset_for_timestamp(i64::MAX);
     let _ = log.max_timestamp();

@@ -16,16 +16,20 @@ pub enum FileKind {
     ProducerSnapshot,
     Checkpoint,
     TxnIndex,
+    /// `<base>.keyindex` (topic config `key.index.enable`): checked and rebuilt through the recovery target.
+    KeyIndex,
 }
 
 impl FileKind {
-    const ALL: [FileKind; 6] = [
+    // New kinds go at the end: existing corpus entries keep their kind byte.
+    const ALL: [FileKind; 7] = [
         FileKind::Log,
         FileKind::Index,
         FileKind::TimeIndex,
         FileKind::ProducerSnapshot,
         FileKind::Checkpoint,
         FileKind::TxnIndex,
+        FileKind::KeyIndex,
     ];
 
     pub fn from_byte(b: u8) -> FileKind {
@@ -44,6 +48,7 @@ impl FileKind {
             FileKind::TimeIndex => "timeindex",
             FileKind::ProducerSnapshot => "snapshot",
             FileKind::TxnIndex => "txnindex",
+            FileKind::KeyIndex => "keyindex",
             FileKind::Checkpoint => return "annal.checkpoint".into(),
         };
         format!("{base:020}.{suffix}")
@@ -61,6 +66,7 @@ impl FileKind {
             "timeindex" => FileKind::TimeIndex,
             "snapshot" => FileKind::ProducerSnapshot,
             "txnindex" => FileKind::TxnIndex,
+            "keyindex" => FileKind::KeyIndex,
             _ => return None,
         };
         Some((kind, base))

@@ -139,6 +139,19 @@ def test_lookup_finds_exactly_what_a_scan_finds(keyed_broker):
     status, body = http_get(broker, "/v1/topics/nope/records?key=a")
     assert status == 404, body
 
+    # The key index metrics, parsed by Prometheus's own OpenMetrics parser.
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+    with urllib.request.urlopen(f"http://{broker.http}/metrics", timeout=TIMEOUT_S) as r:
+        families = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
+    samples = lambda name: {tuple(sorted(s.labels.items())): s.value for s in families[name].samples}
+    lookups = samples("annal_key_lookups")
+    assert lookups[(("outcome", "ok"),)] >= 3 * PARTITIONS, lookups
+    assert lookups[(("outcome", "no_key_index"),)] >= 1, lookups
+    assert (("topic", topic),) in samples("annal_key_index_file_bytes")  # > 0: test_key_lookup_cluster.py
+    assert samples("annal_key_index_memory_entries")[(("topic", topic),)] > 0
+    assert samples("annal_key_index_unindexed_bytes")[(("topic", topic),)] == 0
+    assert (("topic", "plain"),) not in samples("annal_key_index_file_bytes")
+
 
 def test_the_index_survives_a_restart_and_dump_log_checks_it(keyed_broker):
     broker = keyed_broker

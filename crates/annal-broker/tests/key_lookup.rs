@@ -12,6 +12,21 @@ use kafka_protocol::records::Compression;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn get(addr: SocketAddr, path: &str) -> (u16, serde_json::Value) {
+    let (status, body) = get_text(addr, path).await;
+    (
+        status,
+        serde_json::from_str(&body).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+/// The value of the metric line that starts with `series` (name and labels), if any.
+fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+async fn get_text(addr: SocketAddr, path: &str) -> (u16, String) {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let req = format!("GET {path} HTTP/1.1\r\nhost: annal\r\nconnection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await.unwrap();
@@ -26,10 +41,7 @@ async fn get(addr: SocketAddr, path: &str) -> (u16, serde_json::Value) {
         .split_once("\r\n\r\n")
         .map(|(_, b)| b)
         .unwrap_or_default();
-    (
-        status,
-        serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
-    )
+    (status, body.to_string())
 }
 
 fn offsets_and_values(partition: &serde_json::Value) -> Vec<(i64, String)> {
@@ -235,6 +247,62 @@ async fn records_by_key_over_http() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(ok, "the topic config change did not turn the index on");
+
+    // Metrics: every answer above counted by outcome and timed; the index's backlog, files and memory per
+    // topic. `users` is fully indexed (the lookups with partition=all caught every partition up).
+    let (status, text) = get_text(http, "/metrics").await;
+    assert_eq!(status, 200);
+    let count = |outcome: &str| {
+        metric(
+            &text,
+            &format!("annal_key_lookups_total{{outcome=\"{outcome}\"}}"),
+        )
+        .unwrap_or(0.0)
+    };
+    assert!(count("ok") >= 8.0, "{text}");
+    // At least the one above (the retry loop may meet another before the config change applies).
+    assert!(count("no_key_index") >= 1.0, "{text}");
+    assert_eq!(count("not_found"), 2.0, "{text}");
+    assert_eq!(count("bad_request"), 1.0, "{text}");
+    let answered: f64 = [
+        "ok",
+        "bad_request",
+        "not_found",
+        "no_key_index",
+        "not_in_sync",
+        "building",
+        "error",
+    ]
+    .iter()
+    .map(|o| count(o))
+    .sum();
+    assert_eq!(
+        metric(&text, "annal_key_lookup_duration_seconds_count"),
+        Some(answered),
+        "every answer is timed: {text}"
+    );
+    let users = |name: &str| metric(&text, &format!("{name}{{topic=\"users\"}}"));
+    assert_eq!(
+        users("annal_key_index_unindexed_bytes"),
+        Some(0.0),
+        "{text}"
+    );
+    // 400 compressed records fit each partition's first segment: all in memory, no file yet (files and their
+    // bytes: annal-log's key_index tests and the interop cluster test).
+    assert_eq!(users("annal_key_index_file_bytes"), Some(0.0), "{text}");
+    assert_eq!(
+        users("annal_key_index_memory_entries"),
+        Some(400.0),
+        "every keyed record of the active segments is in memory: {text}"
+    );
+    assert!(
+        metric(
+            &text,
+            "annal_key_index_file_bytes{topic=\"__consumer_offsets\"}"
+        )
+        .is_none(),
+        "topics without the index have no series"
+    );
 
     let _ = stop_tx.send(());
     let _ = served.await;

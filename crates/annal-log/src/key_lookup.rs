@@ -90,6 +90,19 @@ pub struct KeyIndexProgress {
     pub pending_segments: usize,
 }
 
+/// What the key index of one log costs and how far behind it is (metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KeyIndexStats {
+    /// Log bytes not covered by the index yet (the background's backlog; a lookup indexes it first).
+    pub unindexed_bytes: u64,
+    /// Bytes of the checked `.keyindex` files in use.
+    pub file_bytes: u64,
+    /// Entries of the in-memory indexes (the active segment's, and segments whose file is not written yet).
+    pub memory_entries: u64,
+    /// Segments whose index is not complete.
+    pub pending_segments: u64,
+}
+
 /// The batch a lookup holds while it resolves the candidates inside it.
 struct HeldBatch {
     header: BatchHeader,
@@ -301,6 +314,18 @@ impl Log {
             });
         }
         Ok(())
+    }
+
+    /// The key index's backlog and size, summed over the segments (all zero when `key.index.enable` is off).
+    pub fn key_index_stats(&self) -> KeyIndexStats {
+        let mut stats = KeyIndexStats::default();
+        for s in self.segments.values() {
+            stats.unindexed_bytes += s.key_index_unindexed_bytes();
+            stats.file_bytes += s.key_index_file_bytes();
+            stats.memory_entries += s.key_index_memory_entries().unwrap_or(0) as u64;
+            stats.pending_segments += u64::from(!s.key_index_complete());
+        }
+        stats
     }
 
     /// Each segment's key index: base offset, state (`off`, `unverified`, `in memory`, `file`), whether it

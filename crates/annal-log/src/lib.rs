@@ -46,7 +46,8 @@ pub use crate::error::LogError;
 pub use crate::fsync_stats::{fsync_snapshot, FsyncSnapshot};
 pub use crate::group_commit::{DurableError, DurableLog, DurableWait, GroupCommit};
 pub use crate::key_lookup::{
-    KeyIndexProgress, KeyLookup, KeyQuery, LOOKUP_CATCH_UP_BYTES_MAX, REJECTED_CANDIDATES_MAX,
+    KeyIndexProgress, KeyIndexStats, KeyLookup, KeyQuery, LOOKUP_CATCH_UP_BYTES_MAX,
+    REJECTED_CANDIDATES_MAX,
 };
 pub use crate::log::{
     AppendInfo, AppendOptions, AppendOrigin, Log, LogRead, RetentionGuard, RetentionOutcome,

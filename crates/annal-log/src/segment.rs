@@ -709,6 +709,9 @@ impl Segment {
             return Ok(0);
         };
         let removed = self.size - position;
+        // The key index file goes before the log is cut: a crash between the two must not leave a file that
+        // could match the segment again once new records (other keys) grow it back to the same size and end.
+        self.truncate_key_index(self.relative(cut.base_offset), position)?;
         self.file
             .set_len(position)
             .map_err(|e| LogError::io("truncate segment", &self.log_path, e))?;
@@ -716,7 +719,6 @@ impl Segment {
         self.time_index
             .truncate_to_offset(self.relative(offset.max(self.base_offset)))?;
         self.txn_index.truncate_to(cut.base_offset)?;
-        self.truncate_key_index(self.relative(cut.base_offset), position)?;
         // Recompute what the kept prefix says about offsets and timestamps.
         self.size = 0;
         self.next_offset = self.base_offset;
@@ -1069,6 +1071,24 @@ impl Segment {
             KeyIndex::Unverified => "unverified",
             KeyIndex::Building(_) => "in memory",
             KeyIndex::Sealed(_) => "file",
+        }
+    }
+
+    /// Bytes of this segment the key index does not cover yet (0 when it is off or complete; the whole
+    /// segment while a file left on disk is still unchecked).
+    pub fn key_index_unindexed_bytes(&self) -> u64 {
+        match &self.key_index {
+            KeyIndex::Off | KeyIndex::Sealed(_) => 0,
+            KeyIndex::Unverified => self.size,
+            KeyIndex::Building(b) => self.size.saturating_sub(b.position),
+        }
+    }
+
+    /// Bytes of the checked key index file in use, if any.
+    pub fn key_index_file_bytes(&self) -> u64 {
+        match &self.key_index {
+            KeyIndex::Sealed(s) => s.file_bytes(),
+            _ => 0,
         }
     }
 

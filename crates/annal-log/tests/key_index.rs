@@ -189,6 +189,41 @@ fn lookups_equal_a_scan_across_rolls_and_every_codec_and_survive_reopening() {
 }
 
 #[test]
+fn stats_show_the_backlog_the_files_and_the_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), config()).unwrap();
+    fill(&mut log, 300, 1_700_000_000_000);
+    let before = log.key_index_stats();
+    assert_eq!(
+        before.unindexed_bytes,
+        log.size_bytes(),
+        "nothing indexed yet"
+    );
+    assert_eq!(before.file_bytes, 0);
+    assert_eq!(before.pending_segments, log.segments().len() as u64);
+    index_everything(&mut log);
+    let after = log.key_index_stats();
+    assert_eq!(after.unindexed_bytes, 0);
+    assert_eq!(after.pending_segments, 0);
+    let on_disk: u64 = key_index_files(dir.path())
+        .iter()
+        .map(|n| std::fs::metadata(dir.path().join(n)).unwrap().len())
+        .sum();
+    assert!(on_disk > 0);
+    assert_eq!(after.file_bytes, on_disk);
+    // The active segment's keyed records are in memory.
+    let active = log.key_index_status().last().copied().unwrap();
+    assert_eq!(Some(after.memory_entries as usize), active.3);
+    assert!(after.memory_entries > 0);
+    // Off: nothing.
+    log.set_config(LogConfig {
+        key_index: false,
+        ..config()
+    });
+    assert_eq!(log.key_index_stats(), Default::default());
+}
+
+#[test]
 fn a_corrupt_or_missing_file_is_rebuilt_never_trusted() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = Log::open(dir.path(), config()).unwrap();

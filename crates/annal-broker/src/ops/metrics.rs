@@ -49,6 +49,8 @@ pub struct BrokerMetrics {
     records_lost_to_retention: Family<Labels, Counter>,
     pub http_requests: Counter,
     pub http_connections_refused: Counter,
+    /// Key lookups (`/v1/topics/{topic}/records`), by outcome, and their latency.
+    pub key_lookups: super::records::KeyLookupMetrics,
 }
 
 impl Default for BrokerMetrics {
@@ -110,6 +112,7 @@ impl BrokerMetrics {
             records_lost_to_retention: Family::default(),
             http_requests: Counter::default(),
             http_connections_refused: Counter::default(),
+            key_lookups: super::records::KeyLookupMetrics::default(),
             registry,
         };
         let mut registry = m.registry;
@@ -180,6 +183,7 @@ impl BrokerMetrics {
             "HTTP connections refused at the connection limit",
             &m.http_connections_refused,
         );
+        m.key_lookups.register(&mut registry);
         BrokerMetrics { registry, ..m }
     }
 

@@ -7,11 +7,18 @@
 //! `limit` (records, default [`LIMIT_DEFAULT`], at most [`LIMIT_MAX`]); `max_bytes` (default and at most
 //! [`MAX_BYTES_MAX`]); `isolation=read_committed` (no records of aborted or open transactions).
 //!
-//! Only the partition's leader answers, from records below its high watermark, so an answer never shows a
-//! record a new leader might not have. A broker that does not lead the partition answers 421 with the leader's
-//! id; with `partition=all` it answers the partitions it leads and lists the others under `not_leader`.
+//! The partition's leader or any in-sync follower answers, from records below its own high watermark (a
+//! follower's is what the leader last told it, capped by its log end: never above the leader's), so an answer
+//! never shows a record a new leader might not have; a follower's may trail the leader's by a fetch. A broker
+//! that holds no in-sync replica of the partition answers 421 with the leader's id; with `partition=all` it
+//! answers the partitions it serves and lists the others under `not_leader`.
+//!
+//! Metrics ([`KeyLookupMetrics`], [`register_key_index_gauges`]): lookups by outcome and their latency, and per
+//! topic the index's backlog, file bytes and in-memory entries.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use annal_log::{KeyQuery, LogError, OwnedRecord};
 use axum::http::StatusCode;
@@ -19,6 +26,13 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use super::metrics::Labels;
 use crate::replica::PartitionError;
 use crate::Broker;
 
@@ -222,6 +236,8 @@ impl From<&OwnedRecord> for RecordView {
 #[derive(Serialize)]
 struct PartitionAnswer {
     partition: i32,
+    /// Whether this broker answered as the partition's `leader` or as an in-sync `follower`.
+    role: &'static str,
     /// Records below this offset were searched: the high watermark (the last stable offset with
     /// `isolation=read_committed`), or the upper end of the `until` range.
     end_offset: i64,
@@ -240,6 +256,8 @@ struct NotLeader {
 #[derive(Serialize)]
 struct Answer {
     topic: String,
+    /// The broker that answered.
+    broker: i32,
     partitions: Vec<PartitionAnswer>,
     /// Partitions (of `partition=all`) this broker does not lead: ask their leaders.
     not_leader: Vec<NotLeader>,
@@ -249,8 +267,20 @@ fn error(code: StatusCode, message: String) -> Response {
     (code, Json(serde_json::json!({ "error": message }))).into_response()
 }
 
-/// The answer to one request. Blocking (each partition's lookup holds its log lock).
+/// The answer to one request, counted and timed in [`KeyLookupMetrics`]. Blocking (each partition's lookup
+/// holds its log lock).
 pub fn answer(broker: &Arc<Broker>, topic: &str, raw_query: Option<&str>) -> Response {
+    let started = Instant::now();
+    let response = answer_untimed(broker, topic, raw_query);
+    broker
+        .replica_manager()
+        .metrics()
+        .key_lookups
+        .observe(response.status(), started.elapsed());
+    response
+}
+
+fn answer_untimed(broker: &Arc<Broker>, topic: &str, raw_query: Option<&str>) -> Response {
     let request = match parse_request(raw_query) {
         Ok(r) => r,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
@@ -285,6 +315,7 @@ pub fn answer(broker: &Arc<Broker>, topic: &str, raw_query: Option<&str>) -> Res
     let me = broker.replica_manager().local_broker_id();
     let mut answer = Answer {
         topic: topic.to_string(),
+        broker: me,
         partitions: Vec::new(),
         not_leader: Vec::new(),
     };
@@ -292,17 +323,23 @@ pub fn answer(broker: &Arc<Broker>, topic: &str, raw_query: Option<&str>) -> Res
     for index in wanted {
         let leader = topic_image.partitions.get(&index).map_or(-1, |p| p.leader);
         let partition = broker.replica_manager().partition(topic, index);
-        let Some(partition) = partition.filter(|p| p.is_leader()) else {
+        let Some(partition) = partition.filter(|p| p.serves_key_lookups()) else {
             answer.not_leader.push(NotLeader {
                 partition: index,
                 leader,
             });
             continue;
         };
+        let role = if partition.is_leader() {
+            "leader"
+        } else {
+            "follower"
+        };
         if records_left == 0 || bytes_left == 0 {
             // The answer is full: the partition is listed, unread, from where it would start.
             answer.partitions.push(PartitionAnswer {
                 partition: index,
+                role,
                 end_offset: partition.high_watermark(),
                 records: Vec::new(),
                 next_offset: Some(request.from),
@@ -337,6 +374,7 @@ pub fn answer(broker: &Arc<Broker>, topic: &str, raw_query: Option<&str>) -> Res
         bytes_left = bytes_left.saturating_sub(bytes);
         answer.partitions.push(PartitionAnswer {
             partition: index,
+            role,
             end_offset: found.upper_offset,
             records: found.records.iter().map(RecordView::from).collect(),
             next_offset: found.next_offset,
@@ -347,7 +385,7 @@ pub fn answer(broker: &Arc<Broker>, topic: &str, raw_query: Option<&str>) -> Res
         return (
             StatusCode::MISDIRECTED_REQUEST,
             Json(serde_json::json!({
-                "error": format!("broker {me} does not lead {topic}-{partition}; ask its leader, broker {leader} (annal topic describe shows leaders)"),
+                "error": format!("broker {me} holds no in-sync replica of {topic}-{partition}; ask its leader, broker {leader} (annal topic describe shows leaders)"),
                 "partition": partition,
                 "leader": leader,
             })),
@@ -371,10 +409,118 @@ fn lookup_error(topic: &str, partition: i32, me: i32, leader: i32, e: PartitionE
             .into_response(),
         PartitionError::NotLeader { .. } => error(
             StatusCode::MISDIRECTED_REQUEST,
-            format!("broker {me} does not lead {topic}-{partition}; ask its leader, broker {leader}"),
+            format!("broker {me} holds no in-sync replica of {topic}-{partition} (any more); ask its leader, broker {leader}"),
         ),
         e => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{topic}-{partition}: {e}")),
     }
+}
+
+/// Key lookups answered over HTTP, by outcome, and their latency. Part of the always-on registry
+/// (`BrokerMetrics::key_lookups`).
+#[derive(Debug)]
+pub struct KeyLookupMetrics {
+    outcomes: Family<Labels, Counter>,
+    latency: Histogram,
+}
+
+impl Default for KeyLookupMetrics {
+    fn default() -> Self {
+        KeyLookupMetrics {
+            outcomes: Family::default(),
+            // 50 µs to ~26 s, doubling: an indexed lookup takes well under a millisecond, a catch-up much longer.
+            latency: Histogram::new(exponential_buckets(0.00005, 2.0, 20)),
+        }
+    }
+}
+
+impl KeyLookupMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "annal_key_lookups",
+            "Key lookups answered by /v1/topics/{topic}/records, by outcome (ok, bad_request, not_found, no_key_index, not_in_sync, building, error)",
+            self.outcomes.clone(),
+        );
+        registry.register(
+            "annal_key_lookup_duration_seconds",
+            "Time to answer a key lookup (/v1/topics/{topic}/records), index catch-up included",
+            self.latency.clone(),
+        );
+    }
+
+    /// Counts one answer by its status and records its latency.
+    pub fn observe(&self, status: StatusCode, elapsed: std::time::Duration) {
+        let outcome = match status {
+            StatusCode::OK => "ok",
+            StatusCode::BAD_REQUEST => "bad_request",
+            StatusCode::NOT_FOUND => "not_found",
+            StatusCode::CONFLICT => "no_key_index",
+            StatusCode::MISDIRECTED_REQUEST => "not_in_sync",
+            StatusCode::SERVICE_UNAVAILABLE => "building",
+            _ => "error",
+        };
+        self.outcomes
+            .get_or_create(&vec![("outcome", outcome.to_string())])
+            .inc();
+        self.latency.observe(elapsed.as_secs_f64());
+    }
+
+    /// Answers counted with `outcome` (tests).
+    pub fn count(&self, outcome: &str) -> u64 {
+        self.outcomes
+            .get_or_create(&vec![("outcome", outcome.to_string())])
+            .get()
+    }
+}
+
+/// Scrape-time gauges of the key index, summed per topic over the replicas this broker holds of topics with
+/// `key.index.enable`: log bytes not indexed yet (the background's backlog), bytes of `.keyindex` files, and
+/// entries held in memory.
+pub fn register_key_index_gauges(r: &mut Registry, broker: &Broker) {
+    let (unindexed, file_bytes, memory) = (
+        Family::<Labels, Gauge>::default(),
+        Family::<Labels, Gauge>::default(),
+        Family::<Labels, Gauge>::default(),
+    );
+    let local = broker.replica_manager().local_broker_id();
+    let mut per_topic: BTreeMap<String, annal_log::KeyIndexStats> = BTreeMap::new();
+    for p in broker.replica_manager().all_partitions() {
+        if !p.key_index_enabled() || (!p.is_leader() && !p.replicas().contains(&local)) {
+            continue;
+        }
+        let stats = p.key_index_stats();
+        let t = per_topic.entry(p.topic().to_string()).or_default();
+        t.unindexed_bytes += stats.unindexed_bytes;
+        t.file_bytes += stats.file_bytes;
+        t.memory_entries += stats.memory_entries;
+    }
+    let as_gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    for (topic, stats) in per_topic {
+        let labels: Labels = vec![("topic", topic)];
+        unindexed
+            .get_or_create(&labels)
+            .set(as_gauge(stats.unindexed_bytes));
+        file_bytes
+            .get_or_create(&labels)
+            .set(as_gauge(stats.file_bytes));
+        memory
+            .get_or_create(&labels)
+            .set(as_gauge(stats.memory_entries));
+    }
+    r.register(
+        "annal_key_index_unindexed_bytes",
+        "Log bytes the key index does not cover yet, per topic (the background indexing's backlog)",
+        unindexed,
+    );
+    r.register(
+        "annal_key_index_file_bytes",
+        "Bytes of .keyindex files in use, per topic",
+        file_bytes,
+    );
+    r.register(
+        "annal_key_index_memory_entries",
+        "Key index entries held in memory (active segments), per topic",
+        memory,
+    );
 }
 
 #[cfg(test)]

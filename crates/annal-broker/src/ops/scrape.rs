@@ -44,6 +44,7 @@ fn state_registry(broker: &Broker, reports: &[GroupReport]) -> Registry {
         partition_lag(&mut r, reports);
     }
     process_and_disk(&mut r, broker);
+    super::records::register_key_index_gauges(&mut r, broker);
     r
 }
 

@@ -1129,9 +1129,23 @@ impl Partition {
         self.log.lock().finish_clean(cleaned).map(Some)
     }
 
-    /// Finds records by key with the key index (annal-log's `key_lookup.rs`), as the leader: nothing at or past
-    /// the high watermark is considered (the last stable offset for read_committed), so an answer never holds a
-    /// record that a new leader might not have. Blocking: the log lock is held for the lookup, whose work is
+    /// Whether this broker answers key lookups of the partition: it leads it, or it follows a leader and is in
+    /// the ISR (its copy is caught up, and its high watermark, learned from the leader and capped by its own
+    /// log end, is never above the leader's).
+    pub fn serves_key_lookups(&self) -> bool {
+        self.serves_key_lookups_in(&self.state.read())
+    }
+
+    fn serves_key_lookups_in(&self, state: &ReplicaState) -> bool {
+        state.leader == self.local_broker_id
+            || (state.leader >= 0 && state.isr.contains(&self.local_broker_id))
+    }
+
+    /// Finds records by key with the key index (annal-log's `key_lookup.rs`), as the leader or an in-sync
+    /// follower ([`Partition::serves_key_lookups`]): nothing at or past this replica's high watermark is
+    /// considered (the last stable offset for read_committed), so an answer never holds a record that a new
+    /// leader might not have. A follower's high watermark may trail the leader's by a fetch: its answer is then
+    /// a prefix of the leader's, never more. Blocking: the log lock is held for the lookup, whose work is
     /// bounded by its page (and by `LOOKUP_CATCH_UP_BYTES_MAX` of indexing the tail the background has not
     /// reached).
     pub fn lookup_key(
@@ -1139,8 +1153,13 @@ impl Partition {
         mut query: annal_log::KeyQuery,
     ) -> Result<annal_log::KeyLookup, PartitionError> {
         let hw = self.high_watermark();
+        // Held for the lookup: no leadership change or truncation runs in the middle of it.
         let state = self.state.read();
-        self.check_leader(&state, -1)?;
+        if !self.serves_key_lookups_in(&state) {
+            return Err(PartitionError::NotLeader {
+                partition: self.name(),
+            });
+        }
         let mut log = self.log.lock();
         log.on_high_watermark(hw);
         let visible = if query.read_committed {
@@ -1160,6 +1179,16 @@ impl Partition {
     /// lock. Leaders and followers both index what they hold. Blocking.
     pub fn index_keys(&self, budget_bytes: u64) -> Result<annal_log::KeyIndexProgress, LogError> {
         self.log.lock().index_keys(budget_bytes)
+    }
+
+    /// The key index's backlog and size (metrics).
+    pub fn key_index_stats(&self) -> annal_log::KeyIndexStats {
+        self.log.lock().key_index_stats()
+    }
+
+    /// Whether the topic has `key.index.enable`.
+    pub fn key_index_enabled(&self) -> bool {
+        self.log.lock().config().key_index
     }
 
     /// Deletes segments past `retention.ms`/`retention.bytes`, keeping those the retention guard holds

@@ -3,8 +3,9 @@
 //! HTTP JSON API (`/v1/topics/{topic}/records?key=`), without scanning the topic.
 //!
 //! By default the broker searches the key's murmur2 partition (where Kafka's default partitioner puts it);
-//! `--partition all` searches every partition (custom partitioners). Only a partition's leader answers for it:
-//! with several `--http` addresses (comma-separated) each partition is asked of the address that leads it.
+//! `--partition all` searches every partition (custom partitioners). A partition's leader or any in-sync follower
+//! answers for it (below its own high watermark); with several `--http` addresses (comma-separated) each partition
+//! is asked of the addresses in turn until one holds an in-sync replica of it.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -176,7 +177,8 @@ fn path(args: &LookupArgs, key: &[u8], partition: Option<&str>, from: i64, limit
     p
 }
 
-/// Asks `addrs` in turn until one answers (a broker that does not lead answers 421); the answer and who gave it.
+/// Asks `addrs` in turn until one answers (a broker without an in-sync replica answers 421); the answer and who
+/// gave it.
 async fn ask(addrs: &[&str], path: &str) -> Result<(Answer, usize)> {
     let mut last = None;
     for (i, addr) in addrs.iter().enumerate() {
@@ -200,7 +202,7 @@ async fn ask(addrs: &[&str], path: &str) -> Result<(Answer, usize)> {
         }
     }
     Err(last.unwrap_or_else(|| anyhow!("no HTTP address given; use --http HOST:PORT")))
-        .context("cannot look the key up; is the partition leader's HTTP listener (http.listen) among --http?")
+        .context("cannot look the key up; is the HTTP listener (http.listen) of the partition's leader or an in-sync replica among --http?")
 }
 
 pub async fn run(args: LookupArgs) -> Result<()> {
@@ -232,7 +234,7 @@ pub async fn run(args: LookupArgs) -> Result<()> {
         &path(&args, &key, args.partition.as_deref(), 0, args.limit),
     )
     .await?;
-    // Partitions led elsewhere (partition=all over several brokers): ask the other addresses for them.
+    // Partitions this broker holds no in-sync replica of (partition=all over several brokers): ask the other addresses for them.
     let mut pages: Vec<(PartitionAnswer, usize)> = first
         .partitions
         .into_iter()
@@ -252,7 +254,7 @@ pub async fn run(args: LookupArgs) -> Result<()> {
                 pages.extend(answer.partitions.into_iter().map(|p| (p, by)));
             }
             Err(_) => eprintln!(
-                "warning: partition {partition} is led by broker {leader}, whose HTTP listener is not among --http; its records are not shown"
+                "warning: partition {partition} is led by broker {leader}, and no in-sync replica's HTTP listener is among --http; its records are not shown"
             ),
         }
     }
