@@ -13,14 +13,19 @@ use crate::Broker;
 /// Refused before the append: error code, message, KIP-467 record errors.
 type Refusal = (i16, String, Vec<(i32, String)>);
 
+/// A producer's (id, epoch).
+type ProducerKey = (i64, i16);
+/// An entry to verify: its index in the request's items, its topic and partition.
+type PendingEntry = (usize, String, i32);
+
 /// Verifies each entry of `items` that starts a transaction on its partition; refuses those that fail.
 pub async fn verify(
     broker: &Arc<Broker>,
     transactional_id: &str,
     items: &mut [Result<AppendEntry, Refusal>],
 ) {
-    // (item index, topic, partition) per producer (id, epoch); a request normally carries one producer.
-    let mut to_verify: Vec<((i64, i16), Vec<(usize, String, i32)>)> = Vec::new();
+    // The entries to verify per producer; a request normally carries one producer.
+    let mut to_verify: Vec<(ProducerKey, Vec<PendingEntry>)> = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let Ok(entry) = item else { continue };
         let Some(header) = entry.records.as_deref().and_then(BatchHeader::parse) else {
