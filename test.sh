@@ -30,6 +30,14 @@ fi
 # binary (target/ci/annal, which the interop step uses) with the test build's dependency features; a plain
 # `cargo build` resolves some shared dependencies (kafka-protocol, openraft, serde, ...) with fewer features, so it
 # compiled the broker and its heaviest dependencies a second time for nothing.
+# kcat (librdkafka's CLI), which crates/annal/tests/cli.rs shares a consumer group with, from Debian: installed
+# here, before the cargo tests, and not only by the interop step, so that test runs on a fresh machine too.
+if ! command -v kcat > /dev/null && ! command -v kafkacat > /dev/null; then
+  echo "== apt: kcat"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat; } > /dev/null 2>&1 \
+    || echo "test.sh: could not install kcat with apt; the tests that use it skip and say so"
+fi
+
 echo "== cargo: unit and integration tests"
 cargo test --workspace --locked --profile ci 2>&1
 annal_bin="$PWD/target/ci/annal"
