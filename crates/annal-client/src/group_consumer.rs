@@ -15,14 +15,11 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{
-    consumer_protocol_assignment::TopicPartition,
-    join_group_request::JoinGroupRequestProtocol,
-    join_group_response::JoinGroupResponseMember,
-    leave_group_request::MemberIdentity,
-    offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic},
-    sync_group_request::SyncGroupRequestAssignment,
-    ApiKey, ConsumerProtocolAssignment, ConsumerProtocolSubscription, GroupId, HeartbeatRequest,
-    JoinGroupRequest, LeaveGroupRequest, OffsetCommitRequest, SyncGroupRequest,
+    consumer_protocol_assignment::TopicPartition, join_group_request::JoinGroupRequestProtocol,
+    join_group_response::JoinGroupResponseMember, leave_group_request::MemberIdentity,
+    sync_group_request::SyncGroupRequestAssignment, ApiKey, ConsumerProtocolAssignment,
+    ConsumerProtocolSubscription, GroupId, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
+    SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Encodable, StrBytes};
 
@@ -31,8 +28,9 @@ use crate::client::{topic_name, Client};
 use crate::connection::Connection;
 use crate::errors::{describe, error_name};
 use crate::groups::{
-    group_error, Coordinator, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
-    ILLEGAL_GENERATION, NOT_COORDINATOR, REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID,
+    group_error, offset_commit_request, Coordinator, COORDINATOR_LOAD_IN_PROGRESS,
+    COORDINATOR_NOT_AVAILABLE, ILLEGAL_GENERATION, NOT_COORDINATOR, REBALANCE_IN_PROGRESS,
+    UNKNOWN_MEMBER_ID,
 };
 
 mod versions {
@@ -388,25 +386,13 @@ impl GroupConsumer {
         if offsets.is_empty() {
             return Ok(Membership::Current);
         }
-        let request = OffsetCommitRequest::default()
-            .with_group_id(GroupId(StrBytes::from_string(self.group.clone())))
-            .with_generation_id_or_member_epoch(self.generation)
-            .with_member_id(StrBytes::from_string(self.member_id.clone()))
-            .with_retention_time_ms(-1)
-            .with_topics(vec![OffsetCommitRequestTopic::default()
-                .with_name(topic_name(topic))
-                .with_partitions(
-                    offsets
-                        .iter()
-                        .map(|(&partition, &offset)| {
-                            OffsetCommitRequestPartition::default()
-                                .with_partition_index(partition)
-                                .with_committed_offset(offset)
-                                .with_committed_leader_epoch(-1)
-                                .with_committed_metadata(Some(StrBytes::from_static_str("")))
-                        })
-                        .collect(),
-                )]);
+        let request = offset_commit_request(
+            &self.group,
+            self.generation,
+            &self.member_id,
+            topic,
+            offsets,
+        );
         for attempt in 1..=COMMIT_ATTEMPTS {
             let conn = self.coordinator(client).await?;
             let (response, _) = conn.send(&request, versions::OFFSET_COMMIT).await?;

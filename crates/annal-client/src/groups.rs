@@ -534,25 +534,7 @@ impl Client {
     ) -> Result<BTreeMap<i32, i16>> {
         for attempt in 1..=COORDINATOR_ATTEMPTS {
             let (conn, _) = self.coordinator_conn(group).await?;
-            let request = OffsetCommitRequest::default()
-                .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
-                .with_generation_id_or_member_epoch(-1)
-                .with_member_id(StrBytes::from_static_str(""))
-                .with_retention_time_ms(-1)
-                .with_topics(vec![OffsetCommitRequestTopic::default()
-                    .with_name(topic_name(topic))
-                    .with_partitions(
-                        offsets
-                            .iter()
-                            .map(|(&partition, &offset)| {
-                                OffsetCommitRequestPartition::default()
-                                    .with_partition_index(partition)
-                                    .with_committed_offset(offset)
-                                    .with_committed_leader_epoch(-1)
-                                    .with_committed_metadata(Some(StrBytes::from_static_str("")))
-                            })
-                            .collect(),
-                    )]);
+            let request = offset_commit_request(group, -1, "", topic, offsets);
             let (response, _) = conn.send(&request, versions::OFFSET_COMMIT).await?;
             let results: BTreeMap<i32, i16> = response
                 .topics
@@ -704,6 +686,36 @@ impl Client {
 }
 
 /// ConsumerGroupDescribe states are lower-case ("stable"); DescribeGroups and Kafka's tools say "Stable".
+/// An OffsetCommit of `offsets` (partition -> next offset to consume) of one topic, with no leader epoch or
+/// metadata and the broker's retention: as an administrator (generation -1, no member id) or as a group member.
+pub(crate) fn offset_commit_request(
+    group: &str,
+    generation: i32,
+    member_id: &str,
+    topic: &str,
+    offsets: &BTreeMap<i32, i64>,
+) -> OffsetCommitRequest {
+    OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+        .with_generation_id_or_member_epoch(generation)
+        .with_member_id(StrBytes::from_string(member_id.to_string()))
+        .with_retention_time_ms(-1)
+        .with_topics(vec![OffsetCommitRequestTopic::default()
+            .with_name(topic_name(topic))
+            .with_partitions(
+                offsets
+                    .iter()
+                    .map(|(&partition, &offset)| {
+                        OffsetCommitRequestPartition::default()
+                            .with_partition_index(partition)
+                            .with_committed_offset(offset)
+                            .with_committed_leader_epoch(-1)
+                            .with_committed_metadata(Some(StrBytes::from_static_str("")))
+                    })
+                    .collect(),
+            )])
+}
+
 fn capitalize_state(state: &str) -> String {
     let mut chars = state.chars();
     match chars.next() {
