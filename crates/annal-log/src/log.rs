@@ -516,7 +516,28 @@ impl Log {
                     ),
                 });
             }
-            expected = v.header.next_offset();
+            // Offsets come from the network: the batch's last offset must be representable, and one append must
+            // fit in one segment (relative offsets are 32-bit; Kafka's limit too), or the indexes would wrap.
+            let next = v
+                .header
+                .base_offset
+                .checked_add(i64::from(v.header.last_offset_delta))
+                .and_then(|last| last.checked_add(1));
+            let span_fits =
+                next.is_some_and(|n| n - 1 - self.log_end_offset() <= i64::from(i32::MAX));
+            let Some(next) = next.filter(|_| span_fits) else {
+                return Err(LogError::InvalidRecord {
+                    position: v.position,
+                    reason: format!(
+                        "a replicated batch at offset {} (last offset delta {}) lies more than 2^31 offsets past \
+                         the log end {}; one append must fit in one segment",
+                        v.header.base_offset,
+                        v.header.last_offset_delta,
+                        self.log_end_offset()
+                    ),
+                });
+            };
+            expected = next;
         }
         let Some(last) = validated.last() else {
             return Err(LogError::InvalidRecord {

@@ -387,3 +387,33 @@ fn idempotent_retry_returns_original_offsets_even_after_restart() {
             .duplicate
     );
 }
+
+/// A follower takes a leader's gaps (a cleaned log), but never offsets that would wrap a segment's 32-bit
+/// relative offsets or overflow i64: those appends are refused whole, with the offsets named.
+#[test]
+fn a_follower_append_past_what_one_segment_holds_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = annal_log::Log::open(dir.path(), annal_log::LogConfig::default()).unwrap();
+    let batch_at = |base: i64| {
+        let mut b = annal_log::batch::build_uncompressed_batch(
+            &[(None, Some(b"v".as_slice()))],
+            1_700_000_000_000,
+        );
+        annal_log::batch::assign_offset(&mut b, base, 0);
+        b
+    };
+    // A gap of 10 offsets, as a cleaned leader log has: accepted.
+    log.append_as_follower(&batch_at(10), 1_700_000_000_000)
+        .unwrap();
+    assert_eq!(log.log_end_offset(), 11);
+    for base in [12 + i64::from(i32::MAX), i64::MAX] {
+        let err = log
+            .append_as_follower(&batch_at(base), 1_700_000_000_000)
+            .unwrap_err();
+        assert!(err.to_string().contains(&base.to_string()), "{err}");
+        assert_eq!(log.log_end_offset(), 11, "nothing appended for base {base}");
+    }
+    // The largest span one append may take is still accepted.
+    log.append_as_follower(&batch_at(11 + i64::from(i32::MAX) - 1), 1_700_000_000_000)
+        .unwrap();
+}
