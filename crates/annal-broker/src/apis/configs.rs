@@ -134,7 +134,7 @@ pub async fn alter(
     header: &RequestHeader,
     req: AlterConfigsRequest,
 ) -> AlterConfigsResponse {
-    super::forward::alter_configs(broker.cluster(), header.request_api_version, req).await
+    super::forward::alter_configs(broker, broker.cluster(), header.request_api_version, req).await
 }
 
 pub async fn incremental_alter(
@@ -142,6 +142,11 @@ pub async fn incremental_alter(
     header: &RequestHeader,
     req: IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigsResponse {
-    super::forward::incremental_alter_configs(broker.cluster(), header.request_api_version, req)
-        .await
+    super::forward::incremental_alter_configs(
+        broker,
+        broker.cluster(),
+        header.request_api_version,
+        req,
+    )
+    .await
 }

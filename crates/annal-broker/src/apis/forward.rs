@@ -5,9 +5,10 @@
 //! returns its answer (Kafka wraps them in an Envelope; what the client sees is the same). When the controller
 //! cannot be reached, every item answers NOT_CONTROLLER, which clients retry.
 //!
-//! After a change commits, the broker waits (bounded) until its own partitions reflect it, so a client that asks
-//! this broker for Metadata right after CreateTopics sees the topic.
+//! After a change commits, the broker waits (bounded) until its own state reflects it, so a client that asks
+//! this broker for Metadata right after CreateTopics, or DescribeConfigs right after AlterConfigs, sees it.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kafka_protocol::messages::{
@@ -181,13 +182,46 @@ pub async fn create_partitions(
 }
 
 pub async fn alter_configs(
+    broker: &Broker,
     cluster: &ClusterRuntime,
     version: i16,
     req: AlterConfigsRequest,
 ) -> AlterConfigsResponse {
     use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
     match cluster.channel().send(&req, version).await {
-        Ok(resp) => resp,
+        Ok(resp) => {
+            if !req.validate_only {
+                // AlterConfigs replaces a topic's whole set: it shows once the topic holds exactly the given values.
+                let expected: Vec<(String, BTreeMap<String, String>)> = req
+                    .resources
+                    .iter()
+                    .filter(|r| {
+                        r.resource_type == TOPIC_RESOURCE
+                            && altered(&resp.responses, r.resource_name.as_str())
+                    })
+                    .map(|r| {
+                        let configs = r
+                            .configs
+                            .iter()
+                            .filter_map(|c| {
+                                Some((c.name.to_string(), c.value.as_ref()?.to_string()))
+                            })
+                            .collect();
+                        (r.resource_name.to_string(), configs)
+                    })
+                    .collect();
+                wait_until(|| {
+                    expected.iter().all(|(topic, configs)| {
+                        broker
+                            .replica_manager()
+                            .topic(topic)
+                            .is_none_or(|t| t.configs == *configs)
+                    })
+                })
+                .await;
+            }
+            resp
+        }
         Err(e) => {
             let msg = unreachable_message(&e);
             let mut resp = AlterConfigsResponse::default();
@@ -206,13 +240,50 @@ pub async fn alter_configs(
 }
 
 pub async fn incremental_alter_configs(
+    broker: &Broker,
     cluster: &ClusterRuntime,
     version: i16,
     req: IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigsResponse {
     use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
     match cluster.channel().send(&req, version).await {
-        Ok(resp) => resp,
+        Ok(resp) => {
+            if !req.validate_only {
+                // SET shows as the value, DELETE as its absence; APPEND and SUBTRACT edit lists whose result only
+                // the controller computed, so they are not waited for.
+                let expected: Vec<(String, String, Option<String>)> = req
+                    .resources
+                    .iter()
+                    .filter(|r| {
+                        r.resource_type == TOPIC_RESOURCE
+                            && altered_incrementally(&resp.responses, r.resource_name.as_str())
+                    })
+                    .flat_map(|r| {
+                        r.configs.iter().filter_map(|c| match c.config_operation {
+                            OP_SET => Some((
+                                r.resource_name.to_string(),
+                                c.name.to_string(),
+                                c.value.as_ref().map(|v| v.to_string()),
+                            )),
+                            OP_DELETE => {
+                                Some((r.resource_name.to_string(), c.name.to_string(), None))
+                            }
+                            _ => None,
+                        })
+                    })
+                    .collect();
+                wait_until(|| {
+                    expected.iter().all(|(topic, name, value)| {
+                        broker
+                            .replica_manager()
+                            .topic(topic)
+                            .is_none_or(|t| t.configs.get(name) == value.as_ref())
+                    })
+                })
+                .await;
+            }
+            resp
+        }
         Err(e) => {
             let msg = unreachable_message(&e);
             let mut resp = IncrementalAlterConfigsResponse::default();
@@ -228,6 +299,36 @@ pub async fn incremental_alter_configs(
             resp
         }
     }
+}
+
+/// Config resource type 2 (TOPIC): the only resource whose configs this broker applies to its own state.
+const TOPIC_RESOURCE: i8 = 2;
+/// IncrementalAlterConfigs operations SET (0) and DELETE (1).
+const OP_SET: i8 = 0;
+const OP_DELETE: i8 = 1;
+
+/// Whether the controller's AlterConfigs answer says `topic` was altered.
+fn altered(
+    responses: &[kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse],
+    topic: &str,
+) -> bool {
+    responses.iter().any(|r| {
+        r.resource_type == TOPIC_RESOURCE
+            && r.resource_name.as_str() == topic
+            && r.error_code == code::NONE
+    })
+}
+
+/// Whether the controller's IncrementalAlterConfigs answer says `topic` was altered.
+fn altered_incrementally(
+    responses: &[kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse],
+    topic: &str,
+) -> bool {
+    responses.iter().any(|r| {
+        r.resource_type == TOPIC_RESOURCE
+            && r.resource_name.as_str() == topic
+            && r.error_code == code::NONE
+    })
 }
 
 /// Waits until `done` holds, at most [`VISIBLE_WAIT_MAX`]; the change is committed either way, so running out
