@@ -453,7 +453,13 @@ impl Log {
                 .max()
                 .unwrap_or(opts.now_ms),
         };
-        self.maybe_roll(batches.len() as u64, total_records, incoming_max_timestamp)?;
+        let incoming_last = self.log_end_offset() + total_records - 1;
+        self.maybe_roll(
+            batches.len() as u64,
+            incoming_last,
+            incoming_max_timestamp,
+            self.log_end_offset(),
+        )?;
 
         let first_offset = self.log_end_offset();
         let mut next = first_offset;
@@ -500,11 +506,15 @@ impl Log {
 
     /// Appends batches a leader already assigned (replication's follower side): offsets and partition leader
     /// epochs are kept as they are, nothing is re-stamped and no sequence is checked (the leader did; the log
-    /// is the truth). The batches must start at the log end and be contiguous, or nothing is written.
+    /// is the truth). The batches must be in offset order from the log end on (a cleaned leader log has gaps,
+    /// which are kept), or nothing is written.
+    ///
+    /// A segment's offsets are 32-bit relative to its base, so batches that do not fit the active segment go
+    /// into a new one starting at the first such batch's offset, as Kafka rolls at the append's first offset:
+    /// a gap of more than 2^31 offsets (a long-cleaned leader) is taken, not refused.
     pub fn append_as_follower(&mut self, batches: &[u8], now_ms: i64) -> crate::Result<AppendInfo> {
         self.finish_roll_flush(false)?;
         let validated = batch::validate_replicated_batches(batches, self.config.max_message_bytes)?;
-        // A cleaned leader log has gaps: a batch may start past the log end, never before it.
         let mut expected = self.log_end_offset();
         for v in &validated {
             if v.header.base_offset < expected || v.header.last_offset_delta < 0 {
@@ -516,37 +526,45 @@ impl Log {
                     ),
                 });
             }
-            // Offsets come from the network: the batch's last offset must be representable, and one append must
-            // fit in one segment (relative offsets are 32-bit; Kafka's limit too), or the indexes would wrap.
+            // Offsets come from the network: the batch's next offset must be representable.
             let next = v
                 .header
                 .base_offset
                 .checked_add(i64::from(v.header.last_offset_delta))
                 .and_then(|last| last.checked_add(1));
-            let span_fits =
-                next.is_some_and(|n| n - 1 - self.log_end_offset() <= i64::from(i32::MAX));
-            let Some(next) = next.filter(|_| span_fits) else {
+            let Some(next) = next else {
                 return Err(LogError::InvalidRecord {
                     position: v.position,
                     reason: format!(
-                        "a replicated batch at offset {} (last offset delta {}) lies more than 2^31 offsets past \
-                         the log end {}; one append must fit in one segment",
-                        v.header.base_offset,
-                        v.header.last_offset_delta,
-                        self.log_end_offset()
+                        "a replicated batch at offset {} (last offset delta {}) ends past the largest offset",
+                        v.header.base_offset, v.header.last_offset_delta
                     ),
                 });
             };
             expected = next;
         }
-        let Some(last) = validated.last() else {
+        let (Some(first), Some(last)) = (validated.first(), validated.last()) else {
             return Err(LogError::InvalidRecord {
                 position: 0,
                 reason: "no batch to append".into(),
             });
         };
-        let first_offset = self.log_end_offset();
+        let first_offset = self.log_end_offset().min(first.header.base_offset);
         let last_offset = last.header.last_offset();
+        // Runs of batches that each fit one segment: a batch's own span is at most 2^31 - 1 (its delta is an
+        // i32), so every run holds at least one batch and the loop ends.
+        let mut start = 0;
+        while start < validated.len() {
+            let run_base = validated[start].header.base_offset;
+            let mut end = start + 1;
+            while end < validated.len()
+                && validated[end].header.last_offset() - run_base <= i64::from(i32::MAX)
+            {
+                end += 1;
+            }
+            self.append_replicated_run(batches, &validated[start..end], now_ms)?;
+            start = end;
+        }
         let total_records: i64 = validated
             .iter()
             .map(|v| i64::from(v.header.records_count))
@@ -556,29 +574,6 @@ impl Log {
             .map(|v| v.header.max_timestamp)
             .max()
             .unwrap_or(now_ms);
-        let incoming_offsets = last_offset + 1 - first_offset;
-        self.maybe_roll(batches.len() as u64, incoming_offsets, max_timestamp)?;
-        let headers: Vec<BatchHeader> = validated.iter().map(|v| v.header).collect();
-        // The leader validated its markers; one that does not read as a marker here changes no state.
-        let markers: Vec<Option<EndTxnMarker>> = validated
-            .iter()
-            .map(|v| {
-                v.header
-                    .is_control()
-                    .then(|| transaction_marker(batches, v).ok())
-                    .flatten()
-            })
-            .collect();
-        self.active_mut().append(batches, &headers)?;
-        for (h, marker) in headers.iter().zip(&markers) {
-            let completed = self.producers.replay(h, marker.as_ref());
-            self.complete_transaction(completed)?;
-        }
-        self.unflushed_records += total_records as u64;
-        self.first_unflushed_ms.get_or_insert(now_ms);
-        if self.unflushed_records >= self.config.flush_messages {
-            self.flush()?;
-        }
         Ok(AppendInfo {
             first_offset,
             last_offset,
@@ -588,6 +583,59 @@ impl Log {
             duplicate: false,
             records_count: total_records as u64,
         })
+    }
+
+    /// Appends `run`, validated batches of the request `batches` that follow each other and fit one segment,
+    /// rolling first if the active segment cannot take them.
+    fn append_replicated_run(
+        &mut self,
+        batches: &[u8],
+        run: &[batch::ValidatedBatch],
+        now_ms: i64,
+    ) -> crate::Result<()> {
+        let from = run[0].position;
+        let to = run[run.len() - 1].position + run[run.len() - 1].header.size();
+        let bytes = &batches[from..to];
+        let run_base = run[0].header.base_offset;
+        let run_last = run[run.len() - 1].header.last_offset();
+        debug_assert!(
+            run_last - run_base <= i64::from(i32::MAX),
+            "a run fits one segment"
+        );
+        let total_records: i64 = run.iter().map(|v| i64::from(v.header.records_count)).sum();
+        let max_timestamp = run
+            .iter()
+            .map(|v| v.header.max_timestamp)
+            .max()
+            .unwrap_or(now_ms);
+        // Kafka's roll offset: the run's first offset (past the log end when the leader's log has a gap there).
+        self.maybe_roll(bytes.len() as u64, run_last, max_timestamp, run_base)?;
+        assert!(
+            self.active().can_hold_offset(run_last),
+            "the active segment holds the run"
+        );
+        let headers: Vec<BatchHeader> = run.iter().map(|v| v.header).collect();
+        // The leader validated its markers; one that does not read as a marker here changes no state.
+        let markers: Vec<Option<EndTxnMarker>> = run
+            .iter()
+            .map(|v| {
+                v.header
+                    .is_control()
+                    .then(|| transaction_marker(batches, v).ok())
+                    .flatten()
+            })
+            .collect();
+        self.active_mut().append(bytes, &headers)?;
+        for (h, marker) in headers.iter().zip(&markers) {
+            let completed = self.producers.replay(h, marker.as_ref());
+            self.complete_transaction(completed)?;
+        }
+        self.unflushed_records += total_records as u64;
+        self.first_unflushed_ms.get_or_insert(now_ms);
+        if self.unflushed_records >= self.config.flush_messages {
+            self.flush()?;
+        }
+        Ok(())
     }
 
     /// Records a transaction that a marker just appended to the active segment ended: it is remembered until the
@@ -655,19 +703,23 @@ impl Log {
             .collect()
     }
 
-    /// Rolls to a new segment when the active one cannot take `incoming_bytes` more, spans more than
-    /// `segment.ms`, has full indexes, or could not express the new offsets relative to its base.
+    /// Rolls to a new segment at `roll_base` (the log end, or a follower's first offset past a gap) when the
+    /// active one cannot take `incoming_bytes` more, spans more than `segment.ms`, has full indexes, or could
+    /// not express `incoming_last_offset` relative to its base. An empty active segment is kept unless the
+    /// offsets do not fit it.
     ///
     /// As in Kafka, time-based rolling compares the incoming batches' timestamp with the segment's first
     /// batch's, not with the wall clock, so a producer replaying old data does not roll a segment per append.
     fn maybe_roll(
         &mut self,
         incoming_bytes: u64,
-        incoming_records: i64,
+        incoming_last_offset: i64,
         incoming_max_timestamp: i64,
+        roll_base: i64,
     ) -> crate::Result<()> {
         let active = self.active();
-        if active.is_empty() {
+        let offsets_overflow = !active.can_hold_offset(incoming_last_offset);
+        if active.is_empty() && !offsets_overflow {
             return Ok(());
         }
         let too_big = active.size() + incoming_bytes > self.config.segment_bytes;
@@ -675,9 +727,8 @@ impl Log {
         let too_old = active
             .first_batch_timestamp()
             .is_some_and(|ts| incoming_max_timestamp.saturating_sub(ts) > self.config.segment_ms);
-        let offsets_overflow = !active.can_hold_offset(active.next_offset() + incoming_records);
         if too_big || too_old || active.indexes_full() || offsets_overflow || key_index_full {
-            self.roll()?;
+            self.roll_at(roll_base)?;
         }
         Ok(())
     }
@@ -686,7 +737,17 @@ impl Log {
     /// schedules a flush at roll): once that is done the recovery point advances past it, so a crash only
     /// rescans the new segment. A previous roll's fsync still running is waited for first (at most one runs).
     pub fn roll(&mut self) -> crate::Result<()> {
-        let base = self.log_end_offset();
+        self.roll_at(self.log_end_offset())
+    }
+
+    /// [`Log::roll`] to a new active segment at `base`, at or past the log end: a follower taking a leader's
+    /// gap wider than a segment's 32-bit relative offsets starts the segment at the batch after the gap (an
+    /// empty active segment before it stays, empty, as Kafka leaves it).
+    fn roll_at(&mut self, base: i64) -> crate::Result<()> {
+        assert!(
+            base >= self.log_end_offset(),
+            "a roll never starts a segment inside the log"
+        );
         if self.active().base_offset() == base {
             return Ok(()); // already empty
         }

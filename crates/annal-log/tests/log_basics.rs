@@ -388,32 +388,66 @@ fn idempotent_retry_returns_original_offsets_even_after_restart() {
     );
 }
 
-/// A follower takes a leader's gaps (a cleaned log), but never offsets that would wrap a segment's 32-bit
-/// relative offsets or overflow i64: those appends are refused whole, with the offsets named.
+/// A follower takes a leader's gaps (a cleaned log), even one wider than a segment's 32-bit relative offsets:
+/// the batch after it starts a new segment at its own offset, as Kafka rolls. An offset past i64 is refused
+/// whole, with the offsets named.
 #[test]
-fn a_follower_append_past_what_one_segment_holds_is_refused() {
+fn a_follower_append_past_what_one_segment_holds_starts_a_segment() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = annal_log::Log::open(dir.path(), annal_log::LogConfig::default()).unwrap();
-    let batch_at = |base: i64| {
-        let mut b = annal_log::batch::build_uncompressed_batch(
-            &[(None, Some(b"v".as_slice()))],
-            1_700_000_000_000,
-        );
+    let config = annal_log::LogConfig::default;
+    let mut log = annal_log::Log::open(dir.path(), config()).unwrap();
+    let batch_at = |base: i64, value: &[u8]| {
+        let mut b =
+            annal_log::batch::build_uncompressed_batch(&[(None, Some(value))], 1_700_000_000_000);
         annal_log::batch::assign_offset(&mut b, base, 0);
         b
     };
-    // A gap of 10 offsets, as a cleaned leader log has: accepted.
-    log.append_as_follower(&batch_at(10), 1_700_000_000_000)
+    // A gap of 10 offsets, as a cleaned leader log has: accepted in the segment at 0.
+    log.append_as_follower(&batch_at(10, b"a"), 1_700_000_000_000)
         .unwrap();
     assert_eq!(log.log_end_offset(), 11);
-    for base in [12 + i64::from(i32::MAX), i64::MAX] {
-        let err = log
-            .append_as_follower(&batch_at(base), 1_700_000_000_000)
-            .unwrap_err();
-        assert!(err.to_string().contains(&base.to_string()), "{err}");
-        assert_eq!(log.log_end_offset(), 11, "nothing appended for base {base}");
-    }
-    // The largest span one append may take is still accepted.
-    log.append_as_follower(&batch_at(11 + i64::from(i32::MAX) - 1), 1_700_000_000_000)
-        .unwrap();
+    let err = log
+        .append_as_follower(&batch_at(i64::MAX, b"x"), 1_700_000_000_000)
+        .unwrap_err();
+    assert!(err.to_string().contains(&i64::MAX.to_string()), "{err}");
+    assert_eq!(log.log_end_offset(), 11, "nothing appended");
+
+    // One fetch answer spanning more than 2^31 offsets: the largest span the segment at 0 can take, then a
+    // batch past it, which goes into a new segment at its own offset.
+    let fits = i64::from(i32::MAX) - 1;
+    let far = 12 + i64::from(i32::MAX) * 2;
+    let mut answer = batch_at(fits, b"b");
+    answer.extend_from_slice(&batch_at(far, b"c"));
+    let info = log.append_as_follower(&answer, 1_700_000_000_000).unwrap();
+    assert_eq!(
+        (info.first_offset, info.last_offset, info.records_count),
+        (11, far, 2)
+    );
+    assert_eq!(log.log_end_offset(), far + 1);
+    let bases: Vec<i64> = log.segments().iter().map(|s| s.base_offset).collect();
+    assert_eq!(bases, vec![0, far]);
+
+    // Every record reads back at its offset, before and after a reopen.
+    let offsets_of = |log: &annal_log::Log| -> Vec<i64> {
+        let mut found = Vec::new();
+        for from in [0, fits, far] {
+            let read = log.read(from, 1 << 20, None).unwrap();
+            let bytes = read
+                .slice
+                .expect("a batch at or after the offset")
+                .read_to_vec()
+                .unwrap();
+            for v in annal_log::batch::validate_batches(&bytes, u32::MAX).unwrap() {
+                if v.header.base_offset >= from && !found.contains(&v.header.base_offset) {
+                    found.push(v.header.base_offset);
+                }
+            }
+        }
+        found
+    };
+    assert_eq!(offsets_of(&log), vec![10, fits, far]);
+    log.close().unwrap();
+    let log = annal_log::Log::open(dir.path(), config()).unwrap();
+    assert_eq!(log.log_end_offset(), far + 1);
+    assert_eq!(offsets_of(&log), vec![10, fits, far]);
 }
