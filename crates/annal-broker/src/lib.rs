@@ -505,6 +505,12 @@ async fn retention_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Recei
         if run_retention {
             next_retention = tokio::time::Instant::now() + retention_every;
         }
+        // Guarded groups coordinated elsewhere: their offsets are asked for before the blocking pass.
+        let remote = if run_retention {
+            ops::retention_guard::remote_offsets(&broker).await
+        } else {
+            ops::retention_guard::RemoteOffsets::new()
+        };
         let b = broker.clone();
         checkpoint_tick += 1;
         let checkpoint = checkpoint_tick.is_multiple_of(HW_CHECKPOINT_TICKS);
@@ -518,7 +524,7 @@ async fn retention_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Recei
                 b.replica_manager.checkpoint_high_watermarks();
             }
             if run_retention {
-                apply_retention(&b);
+                apply_retention(&b, remote);
             }
             if health || run_retention {
                 // The retention guard's warnings are logged whether or not anyone looks at /metrics.
@@ -534,8 +540,8 @@ fn flush_due(broker: &Broker) {
     broker.replica_manager.flush_due(now_ms());
 }
 
-fn apply_retention(broker: &Broker) {
-    let guards = ops::retention_guard::Guards::new(broker);
+fn apply_retention(broker: &Broker, remote: ops::retention_guard::RemoteOffsets) {
+    let guards = ops::retention_guard::Guards::with_remote(broker, remote);
     let moved = broker
         .replica_manager
         .apply_retention(now_ms(), &|p| guards.guard_for(p));

@@ -4,13 +4,21 @@
 //! counted and logged as any other ([`super::groups::account_retention`]). Off by default (no groups).
 //!
 //! A listed group guards a partition only where it has a committed offset: with none, the broker cannot know
-//! where it is. The guard is applied by the broker that coordinates the group, to the replicas it holds (exact on
-//! a single node; see docs/decisions/0014-operability.md for clusters).
+//! where it is. Every broker applies the guard to the replicas it holds, leaders and followers alike, so a new
+//! leader after a failover has kept what the old one kept: groups coordinated here are read from the local
+//! coordinator, the others' offsets are fetched from their coordinators (OffsetFetch over the inter-broker
+//! listener, [`remote_offsets`]) before each retention pass. A group whose coordinator cannot be asked holds
+//! everything (up to the cap) for that pass: not knowing never deletes.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
 
+use annal_client::{Connection, ConnectionOptions};
 use annal_log::RetentionGuard;
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
+use kafka_protocol::messages::{GroupId, OffsetFetchRequest};
+use kafka_protocol::protocol::StrBytes;
 
 use crate::config::BrokerConfig;
 use crate::group::CommittedOffset;
@@ -86,18 +94,143 @@ pub fn settings(
     Some(GuardSettings { groups, max_bytes })
 }
 
+/// Guarded groups' committed offsets from coordinators on other brokers, for one retention pass: `None` for a
+/// group whose coordinator could not be asked (no leader, unreachable, loading), which then holds everything.
+pub type RemoteOffsets = HashMap<String, Option<Vec<CommittedOffset>>>;
+
+/// OffsetFetch versions asked for (the groups form, v8+; every Annal broker speaks it).
+const OFFSET_FETCH_VERSIONS: (i16, i16) = (8, 9);
+/// Bounds on asking a coordinator: a retention pass never waits long for one.
+const REMOTE_TIMEOUT: Duration = Duration::from_secs(5);
+const REMOTE_RESPONSE_BYTES_MAX: usize = 16 << 20;
+
+/// Fetches the committed offsets of every guarded group of the topics this broker holds replicas of, for the
+/// groups another broker coordinates. One connection per coordinator, one OffsetFetch per group (at most
+/// [`GROUPS_MAX`] per topic), each bounded by [`REMOTE_TIMEOUT`].
+pub async fn remote_offsets(broker: &Broker) -> RemoteOffsets {
+    let rm = broker.replica_manager();
+    let mut groups = BTreeSet::new();
+    for topic in rm.topics() {
+        if let Some(settings) = settings(&topic.configs, broker.config()) {
+            if !rm.partitions_of(&topic.name).is_empty() {
+                groups.extend(settings.groups);
+            }
+        }
+    }
+    let routes = crate::cluster::ClusterTxnRoutes::new(
+        broker.cluster().clone(),
+        broker.config().node_id,
+        broker.config().cluster.listeners.inter_broker_name.clone(),
+    );
+    let mut connections: HashMap<String, Connection> = HashMap::new();
+    let mut found = RemoteOffsets::new();
+    for group in groups {
+        let partition = broker.groups().partition_for(&group) as i32;
+        use crate::txn::LeaderRoutes;
+        let addr = match routes.leader(crate::group::store::TOPIC, partition) {
+            Ok(Some((leader, _))) if leader == broker.config().node_id => continue, // coordinated here
+            Ok(Some((_, addr))) => addr,
+            Ok(None) | Err(()) => {
+                found.insert(group, None);
+                continue;
+            }
+        };
+        let offsets = fetch_group_offsets(&mut connections, &addr, &group).await;
+        if let Err(e) = &offsets {
+            tracing::warn!(group = %group, coordinator = %addr, error = %format!("{e:#}"),
+                "retention guard: cannot fetch the group's committed offsets from its coordinator; \
+                 its guarded partitions keep everything (up to retention.guard.max.bytes) this pass");
+        }
+        found.insert(group, offsets.ok());
+    }
+    found
+}
+
+/// One group's committed offsets, asked of the coordinator at `addr`.
+async fn fetch_group_offsets(
+    connections: &mut HashMap<String, Connection>,
+    addr: &str,
+    group: &str,
+) -> anyhow::Result<Vec<CommittedOffset>> {
+    if connections.get(addr).is_none_or(Connection::is_closed) {
+        let options = ConnectionOptions {
+            connect_timeout: REMOTE_TIMEOUT,
+            request_timeout: REMOTE_TIMEOUT,
+            max_response_bytes: REMOTE_RESPONSE_BYTES_MAX,
+            client_id: "annal-retention-guard".to_string(),
+            version_caps: None,
+        };
+        connections.insert(
+            addr.to_string(),
+            Connection::connect_with(addr, options).await?,
+        );
+    }
+    let Some(conn) = connections.get_mut(addr) else {
+        anyhow::bail!("no connection to {addr}");
+    };
+    let request = OffsetFetchRequest::default()
+        .with_require_stable(false)
+        .with_groups(vec![OffsetFetchRequestGroup::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+            .with_member_epoch(-1)
+            .with_topics(None)]);
+    let (response, _) = conn.send(&request, OFFSET_FETCH_VERSIONS).await?;
+    let Some(g) = response.groups.into_iter().next() else {
+        anyhow::bail!("OffsetFetch answered without group '{group}'");
+    };
+    if g.error_code != crate::kafka_code::NONE {
+        anyhow::bail!(
+            "OffsetFetch of group '{group}' answered error code {}",
+            g.error_code
+        );
+    }
+    let mut offsets = Vec::new();
+    for t in g.topics {
+        for p in t.partitions {
+            // -1: no committed offset there (guards nothing); a partition error: not known, so hold.
+            if p.error_code != crate::kafka_code::NONE {
+                anyhow::bail!(
+                    "OffsetFetch of group '{group}' answered error code {} for {}-{}",
+                    p.error_code,
+                    t.name.0,
+                    p.partition_index
+                );
+            }
+            if p.committed_offset >= 0 {
+                offsets.push(CommittedOffset {
+                    topic: t.name.0.to_string(),
+                    partition: p.partition_index,
+                    offset: p.committed_offset,
+                    leader_epoch: p.committed_leader_epoch,
+                    metadata: p.metadata.map(|m| m.to_string()).unwrap_or_default(),
+                    commit_timestamp_ms: -1,
+                });
+            }
+        }
+    }
+    Ok(offsets)
+}
+
 /// What one retention pass needs: each topic's settings and each guarded group's committed offsets, looked up
-/// once per pass.
+/// once per pass (locally, or from `remote` for groups another broker coordinates).
 pub struct Guards<'a> {
     broker: &'a Broker,
+    remote: RemoteOffsets,
     settings: RefCell<HashMap<String, Option<GuardSettings>>>,
     offsets: RefCell<HashMap<String, Vec<CommittedOffset>>>,
 }
 
 impl<'a> Guards<'a> {
+    /// Guards from this broker's own coordinator only (what the metrics need: the settings).
     pub fn new(broker: &'a Broker) -> Self {
+        Guards::with_remote(broker, RemoteOffsets::new())
+    }
+
+    /// Guards that take the groups in `remote` from there ([`remote_offsets`]).
+    pub fn with_remote(broker: &'a Broker, remote: RemoteOffsets) -> Self {
         Guards {
             broker,
+            remote,
             settings: RefCell::default(),
             offsets: RefCell::default(),
         }
@@ -115,8 +248,9 @@ impl<'a> Guards<'a> {
             .clone()
     }
 
-    /// The guard for one partition: keep from the lowest committed offset of its topic's guarded groups there.
-    /// `None` when the topic has no guard or no guarded group has an offset on this partition.
+    /// The guard for one partition: keep from the lowest committed offset of its topic's guarded groups there
+    /// (from the partition's start when a guarded group's coordinator could not be asked). `None` when the topic
+    /// has no guard or no guarded group has an offset on this partition.
     pub fn guard_for(&self, p: &Partition) -> Option<RetentionGuard> {
         let settings = self.settings_of(p.topic())?;
         let mut offsets = self.offsets.borrow_mut();
@@ -124,9 +258,14 @@ impl<'a> Guards<'a> {
             .groups
             .iter()
             .filter_map(|g| {
-                offsets
-                    .entry(g.clone())
-                    .or_insert_with(|| self.broker.groups().committed_offsets(g))
+                let committed = match self.remote.get(g) {
+                    Some(None) => return Some(p.log_start_offset()),
+                    Some(Some(remote)) => remote,
+                    None => offsets
+                        .entry(g.clone())
+                        .or_insert_with(|| self.broker.groups().committed_offsets(g)),
+                };
+                committed
                     .iter()
                     .find(|o| o.topic == p.topic() && o.partition == p.index())
                     .map(|o| o.offset)
