@@ -2,13 +2,13 @@
 //! bounded steps (the broker calls it off the produce path), [`Log::lookup_key`] answers queries.
 //!
 //! A lookup asks each segment's index for candidate offsets (records whose key hash matches), reads the batches
-//! that hold them (one decompression per batch, kept while its candidates are resolved) and keeps the records
+//! that hold them (each batch inflated only as far as its last candidate, and only once while its candidates are
+//! resolved: `records::LazyRecords`; only the records returned are copied) and keeps the records
 //! whose key is exactly the one asked for. Its work follows the records it returns: candidates are fetched in
 //! small runs, a page stops at `max_records` or `max_bytes`, and candidates that turn out to be other keys or
 //! fall outside the time range are bounded by [`REJECTED_CANDIDATES_MAX`] per call (the page then ends early
 //! and says where to resume).
 
-use crate::batch::BatchHeader;
 use crate::error::LogError;
 use crate::key_index;
 use crate::log::Log;
@@ -103,12 +103,6 @@ pub struct KeyIndexStats {
     pub pending_segments: u64,
 }
 
-/// The batch a lookup holds while it resolves the candidates inside it.
-struct HeldBatch {
-    header: BatchHeader,
-    records: Vec<OwnedRecord>,
-}
-
 impl Log {
     /// Builds the key index for about `budget_bytes` of log (at least one batch when anything is pending):
     /// checks index files left on disk, indexes the segments not yet covered oldest first (the active one last),
@@ -186,7 +180,7 @@ impl Log {
         let hash = key_index::key_hash(&query.key);
         let limit = self.config.decompressed_batch_limit();
         let mut aborted: Option<Vec<AbortedTxn>> = None;
-        let mut held: Option<HeldBatch> = None;
+        let mut held: Option<crate::records::LazyRecords> = None;
         let mut bytes = 0usize;
         let max_records = query.max_records.max(1);
         let bases: Vec<i64> = {
@@ -222,35 +216,38 @@ impl Log {
                         return Ok(answer);
                     }
                     let covered = held.as_ref().is_some_and(|h| {
-                        h.header.base_offset <= offset && offset <= h.header.last_offset()
+                        h.header().base_offset <= offset && offset <= h.header().last_offset()
                     });
                     if !covered {
-                        held = seg
-                            .read_batch_records(offset, limit)?
-                            .map(|(header, records)| HeldBatch { header, records });
+                        held = seg.read_batch_records(offset, limit)?;
                         answer.batches_read += 1;
                     }
-                    let Some(batch) = held.as_ref() else {
+                    let Some(batch) = held.as_mut() else {
                         answer.rejected_candidates += 1;
                         continue;
                     };
-                    let found = batch
-                        .records
-                        .binary_search_by_key(&offset, |r| r.offset)
-                        .ok()
-                        .map(|i| &batch.records[i]);
+                    let header = *batch.header();
+                    let found = match batch.record_at(offset) {
+                        Ok(found) => found,
+                        Err(e) => {
+                            tracing::warn!(segment_base_offset = base, offset, error = %e,
+                                "cannot read a record the key index points at; skipping it");
+                            None
+                        }
+                    };
                     let Some(record) = found.filter(|r| {
-                        r.key.as_deref() == Some(query.key.as_slice())
+                        r.key == Some(query.key.as_slice())
                             && query.since_ms.is_none_or(|s| r.timestamp >= s)
                             && query.until_ms.is_none_or(|u| r.timestamp <= u)
                     }) else {
                         answer.rejected_candidates += 1;
                         continue;
                     };
-                    if query.read_committed && batch.header.is_transactional() {
+                    let record = OwnedRecord::from(&record);
+                    if query.read_committed && header.is_transactional() {
                         let entries =
                             aborted.get_or_insert_with(|| self.aborted_transaction_entries());
-                        let pid = batch.header.producer_id;
+                        let pid = header.producer_id;
                         if entries.iter().any(|t| {
                             t.producer_id == pid
                                 && t.first_offset <= offset
@@ -268,7 +265,7 @@ impl Log {
                         return Ok(answer);
                     }
                     bytes += size;
-                    answer.records.push(record.clone());
+                    answer.records.push(record);
                     if query.latest {
                         return Ok(answer);
                     }

@@ -284,6 +284,206 @@ impl<'a> DecodedBatch<'a> {
     }
 }
 
+/// The records of one stored batch, decompressed and parsed only as far as the records asked for: a key lookup
+/// that wants the record at one offset of a 1 MiB lz4 batch inflates the prefix up to it, not the whole batch, and
+/// copies nothing but the record it returns. Later lookups in the same batch go on from where the last one
+/// stopped (offsets already passed are found again by binary search). Bounded as [`decompress`] is: at most
+/// `limit` bytes of records, read in [`LAZY_READ_BYTES`] steps.
+pub struct LazyRecords {
+    header: BatchHeader,
+    /// The records section decompressed so far (all of it for uncompressed and snappy batches).
+    buf: Vec<u8>,
+    /// The decompressor over the stored bytes, until it reaches the end of the stream.
+    reader: Option<Box<dyn Read + Send>>,
+    codec: Compression,
+    limit: usize,
+    /// `(offset, start, end)` in `buf` of every record parsed so far, in offset order.
+    parsed: Vec<(i64, usize, usize)>,
+    /// Where in `buf` the next record starts.
+    cursor: usize,
+}
+
+/// How much a [`LazyRecords`] decompresses at a time.
+pub const LAZY_READ_BYTES: usize = 64 * 1024;
+
+impl LazyRecords {
+    /// Reads the batch in `bytes` (one whole stored batch; the CRC is not checked here). Nothing is decompressed
+    /// yet, except a snappy batch (its blocks are small and its decoder is not a stream).
+    pub fn new(bytes: Vec<u8>, limit: usize) -> Result<LazyRecords, RecordsError> {
+        let header = BatchHeader::parse(&bytes).ok_or_else(|| err("truncated batch header"))?;
+        if header.magic != MAGIC_V2 {
+            return Err(err(format!("magic {} is not 2", header.magic)));
+        }
+        let size = header.size();
+        if size < HEADER_SIZE || size > bytes.len() {
+            return Err(err(format!(
+                "batch declares {size} bytes but {} are given",
+                bytes.len()
+            )));
+        }
+        if header.records_count < 0 {
+            return Err(err(format!(
+                "batch declares {} records",
+                header.records_count
+            )));
+        }
+        let codec = header.compression().ok_or_else(|| {
+            err(format!(
+                "unknown compression codec in attributes {:#x}",
+                header.attributes
+            ))
+        })?;
+        // An uncompressed batch is parsed where it lies (its records start after the header); a compressed one
+        // inflates into a buffer of its own.
+        let mut cursor = 0;
+        let (buf, reader): (Vec<u8>, Option<Box<dyn Read + Send>>) = match codec {
+            Compression::None => {
+                if size - HEADER_SIZE > limit {
+                    return Err(err(format!(
+                        "{} record bytes exceed {limit}",
+                        size - HEADER_SIZE
+                    )));
+                }
+                let mut stored = bytes;
+                stored.truncate(size);
+                cursor = HEADER_SIZE;
+                (stored, None)
+            }
+            Compression::Snappy => (snappy_decompress(&bytes[HEADER_SIZE..size], limit)?, None),
+            Compression::Gzip | Compression::Lz4 | Compression::Zstd => {
+                let mut stored = std::io::Cursor::new(bytes);
+                stored.set_position(HEADER_SIZE as u64);
+                let section = stored.take((size - HEADER_SIZE) as u64);
+                let reader: Box<dyn Read + Send> = match codec {
+                    Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(section)),
+                    Compression::Lz4 => Box::new(lz4_flex::frame::FrameDecoder::new(section)),
+                    _ => {
+                        let mut decoder = zstd::stream::read::Decoder::new(section)
+                            .map_err(|e| err(format!("zstd data is corrupt: {e}")))?;
+                        // The decoder's window (its memory) is at most 32 MiB; producers use far less.
+                        decoder
+                            .window_log_max(25)
+                            .map_err(|e| err(format!("zstd: {e}")))?;
+                        Box::new(decoder)
+                    }
+                };
+                (Vec::new(), Some(reader))
+            }
+        };
+        Ok(LazyRecords {
+            header,
+            buf,
+            reader,
+            codec,
+            limit,
+            parsed: Vec::new(),
+            cursor,
+        })
+    }
+
+    pub fn header(&self) -> &BatchHeader {
+        &self.header
+    }
+
+    /// The record at `offset`, or `None` when the batch has none there (compaction removed it).
+    pub fn record_at(&mut self, offset: i64) -> Result<Option<Record<'_>>, RecordsError> {
+        let passed = self
+            .parsed
+            .last()
+            .is_some_and(|(last, _, _)| *last >= offset);
+        if !passed {
+            while self.parsed.len() < self.header.records_count as usize {
+                let (found, start, end) = self.parse_next()?;
+                self.parsed.push((found, start, end));
+                if found >= offset {
+                    break;
+                }
+            }
+        }
+        let Ok(i) = self.parsed.binary_search_by_key(&offset, |(o, _, _)| *o) else {
+            return Ok(None);
+        };
+        let (_, start, end) = self.parsed[i];
+        let mut slice = &self.buf[start..end];
+        parse_record(&self.header, &mut slice)
+            .map(Some)
+            .map_err(err)
+    }
+
+    /// Parses the record at the cursor, decompressing more as needed: its offset and its span in `buf`.
+    fn parse_next(&mut self) -> Result<(i64, usize, usize), RecordsError> {
+        let index = self.parsed.len();
+        loop {
+            let rest = &self.buf[self.cursor..];
+            if let Some((length, used)) = batch::read_varint(rest) {
+                if length < 0 {
+                    return Err(err(format!("record {index}: length {length} is negative")));
+                }
+                if (length as usize) <= rest.len() - used {
+                    let end = self.cursor + used + length as usize;
+                    let mut slice = &self.buf[self.cursor..end];
+                    let record = parse_record(&self.header, &mut slice)
+                        .map_err(|reason| err(format!("record {index}: {reason}")))?;
+                    if self
+                        .parsed
+                        .last()
+                        .is_some_and(|(o, _, _)| *o >= record.offset)
+                    {
+                        return Err(err(format!("record {index}: offsets out of order")));
+                    }
+                    let start = self.cursor;
+                    self.cursor = end;
+                    return Ok((record.offset, start, end));
+                }
+            }
+            if !self.read_more()? {
+                return Err(err(format!(
+                    "record {index} of {} is cut short by the end of the records",
+                    self.header.records_count
+                )));
+            }
+        }
+    }
+
+    /// Decompresses up to [`LAZY_READ_BYTES`] more; false at the end of the stream.
+    fn read_more(&mut self) -> Result<bool, RecordsError> {
+        let Some(reader) = self.reader.as_mut() else {
+            return Ok(false);
+        };
+        let old = self.buf.len();
+        // One byte past the limit tells a bomb from a batch of exactly `limit` bytes.
+        let room = (self.limit + 1).saturating_sub(old).min(LAZY_READ_BYTES);
+        if room == 0 {
+            return Err(self.bomb());
+        }
+        self.buf.resize(old + room, 0);
+        let read = reader.read(&mut self.buf[old..]);
+        let n = match read {
+            Ok(n) => n,
+            Err(e) => {
+                self.buf.truncate(old);
+                return Err(err(format!("{} data is corrupt: {e}", self.codec.name())));
+            }
+        };
+        self.buf.truncate(old + n);
+        if self.buf.len() > self.limit {
+            return Err(self.bomb());
+        }
+        if n == 0 {
+            self.reader = None;
+        }
+        Ok(n > 0)
+    }
+
+    fn bomb(&self) -> RecordsError {
+        err(format!(
+            "a {} batch decompresses to more than {} bytes (a decompression bomb or a limit set too low)",
+            self.codec.name(),
+            self.limit
+        ))
+    }
+}
+
 /// Iterator over the records of a [`DecodedBatch`].
 pub struct RecordIter<'a> {
     header: BatchHeader,
@@ -719,6 +919,107 @@ mod tests {
         // A raw snappy block claiming ~4 GiB is refused before allocating.
         let claim = [0xff, 0xff, 0xff, 0xff, 0x0f, 0x00];
         assert!(decompress(Compression::Snappy, &claim, 1 << 20).is_err());
+    }
+
+    /// A batch of `count` records, values long and varied enough to span several of the lazy reader's steps.
+    fn big_batch(codec: Compression, count: usize, skip_every: usize) -> Vec<u8> {
+        let keys: Vec<String> = (0..count).map(|i| format!("key-{i}")).collect();
+        let values: Vec<Vec<u8>> = (0..count)
+            .map(|i| format!("value-{i}-").repeat(40 + i % 17).into_bytes())
+            .collect();
+        let kept: Vec<usize> = (0..count)
+            .filter(|i| skip_every == 0 || i % skip_every != 1)
+            .collect();
+        let records: Vec<Record<'_>> = kept
+            .iter()
+            .map(|&i| Record {
+                offset: 1000 + i as i64,
+                timestamp: 1_700_000_000_000 + i as i64,
+                attributes: 0,
+                key: Some(keys[i].as_bytes()),
+                value: (i % 5 != 3).then_some(values[i].as_slice()),
+                headers: &[0],
+            })
+            .collect();
+        let fields = BatchFields {
+            base_offset: 1000,
+            last_offset: 1000 + count as i64 - 1,
+            partition_leader_epoch: 0,
+            attributes: 0,
+            log_append_time: None,
+            delete_horizon_ms: None,
+            producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
+        };
+        encode_batch(&fields, &records, codec, None).unwrap()
+    }
+
+    /// The lazy reader finds every record the eager decoder has, in any order of asking, and nothing where a
+    /// record is missing (a compacted batch), in every codec.
+    #[test]
+    fn lazy_records_answer_as_the_whole_batch_does() {
+        for codec in ALL {
+            let batch = big_batch(codec, 700, 4);
+            let decoded = DecodedBatch::new(&batch, 64 << 20).unwrap();
+            let all = decoded.collect_records().unwrap();
+            assert!(
+                decoded.records_len() > 3 * LAZY_READ_BYTES,
+                "{codec:?}: spans several reads"
+            );
+            let mut lazy = LazyRecords::new(batch.clone(), 64 << 20).unwrap();
+            // In order, the last record first, then backwards: each answer equals the eager one.
+            let mut asks: Vec<i64> = vec![1699];
+            asks.extend(1000..1700);
+            asks.extend((1000..1700).rev().step_by(7));
+            for offset in asks {
+                let want = all.iter().find(|r| r.offset == offset);
+                let got = lazy.record_at(offset).unwrap();
+                assert_eq!(got.as_ref(), want, "{codec:?} offset {offset}");
+            }
+            // A fresh reader asked for an early record inflates only a prefix of a compressed batch.
+            let mut fresh = LazyRecords::new(batch.clone(), 64 << 20).unwrap();
+            assert_eq!(fresh.record_at(1002).unwrap().map(|r| r.offset), Some(1002));
+            if matches!(
+                codec,
+                Compression::Gzip | Compression::Lz4 | Compression::Zstd
+            ) {
+                assert!(
+                    fresh.buf.len() < decoded.records_len() / 2,
+                    "{codec:?}: {} of {}",
+                    fresh.buf.len(),
+                    decoded.records_len()
+                );
+            }
+            assert_eq!(fresh.record_at(999).unwrap(), None);
+            assert_eq!(fresh.record_at(1700).unwrap(), None);
+        }
+    }
+
+    /// Bounded as the eager decoder is: a batch inflating past the limit is an error, never an allocation past it;
+    /// a cut-off or corrupt stream is an error, not a panic.
+    #[test]
+    fn lazy_records_are_bounded_and_refuse_broken_batches() {
+        for codec in [Compression::Gzip, Compression::Lz4, Compression::Zstd] {
+            let batch = big_batch(codec, 700, 0);
+            let mut small = LazyRecords::new(batch.clone(), 100 * 1024).unwrap();
+            let e = small.record_at(1699).unwrap_err();
+            assert!(e.0.contains("more than"), "{codec:?}: {e}");
+            assert!(small.buf.len() <= 100 * 1024 + 1);
+            // Flip bytes in the middle of the compressed records.
+            let mut broken = batch.clone();
+            let mid = HEADER_SIZE + (broken.len() - HEADER_SIZE) / 2;
+            for b in &mut broken[mid..mid + 64] {
+                *b ^= 0x5a;
+            }
+            let mut lazy = LazyRecords::new(broken, 64 << 20).unwrap();
+            let _ = lazy.record_at(1699); // an error or a mismatch, but no panic
+        }
+        let mut batch = big_batch(Compression::None, 10, 0);
+        batch[field::RECORDS_COUNT..field::RECORDS_COUNT + 4]
+            .copy_from_slice(&i32::MAX.to_be_bytes());
+        let mut lazy = LazyRecords::new(batch, 64 << 20).unwrap();
+        assert!(lazy.record_at(5000).is_err(), "records past the bytes");
     }
 
     #[test]

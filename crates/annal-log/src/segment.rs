@@ -1100,27 +1100,29 @@ impl Segment {
         }
     }
 
-    /// The batch holding `offset`, its decoded records owned (for key lookups, which keep one batch while
-    /// they resolve the candidates inside it). `None` with a warning if the records cannot be read.
+    /// The batch holding `offset` (or the next one, if compaction removed it), its records read on demand (for
+    /// key lookups, which keep one batch while they resolve the candidates inside it). `None` with a warning if
+    /// the batch cannot be read.
     pub fn read_batch_records(
         &self,
         offset: i64,
         limit: usize,
-    ) -> crate::Result<Option<(BatchHeader, Vec<crate::records::OwnedRecord>)>> {
+    ) -> crate::Result<Option<crate::records::LazyRecords>> {
         let Some((position, header)) = self.find_batch(offset)? else {
             return Ok(None);
         };
-        if header.base_offset > offset {
-            // The offset is gone (compaction); the batch after it is not the one.
-            return Ok(Some((header, Vec::new())));
+        let mut bytes = vec![0u8; header.size()];
+        self.file
+            .read_exact_at(&mut bytes, position)
+            .map_err(|e| LogError::io("read segment", &self.log_path, e))?;
+        match crate::records::LazyRecords::new(bytes, limit) {
+            Ok(records) => Ok(Some(records)),
+            Err(e) => {
+                tracing::warn!(segment = %self.log_path.display(), base_offset = header.base_offset, error = %e,
+                    "cannot read the records of a batch; answering with the batch's offsets");
+                Ok(None)
+            }
         }
-        let records = self.with_records(position, &header, limit, |records| {
-            records
-                .iter()
-                .map(crate::records::OwnedRecord::from)
-                .collect::<Vec<_>>()
-        })?;
-        Ok(records.map(|r| (header, r)))
     }
 }
 
