@@ -2,6 +2,7 @@
 //! code Kafka itself would send in the same situation).
 
 pub const NONE: i16 = 0;
+pub const UNKNOWN_SERVER_ERROR: i16 = -1;
 pub const OFFSET_OUT_OF_RANGE: i16 = 1;
 pub const CORRUPT_MESSAGE: i16 = 2;
 pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;

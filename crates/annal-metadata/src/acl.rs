@@ -59,13 +59,24 @@ pub const WILDCARD: &str = "*";
 /// The wildcard principal (`AclEntry.WILDCARD_PRINCIPAL_STRING`).
 pub const WILDCARD_PRINCIPAL: &str = "User:*";
 
-/// Whether each code is one Kafka knows (`fromCode` maps anything else to UNKNOWN). A request carrying an unknown
-/// code is refused whole by Kafka's request parser (`CreateAclsRequest`/`DeleteAclsRequest.validate`).
+/// Whether each code is one Kafka knows (`fromCode` maps anything else to UNKNOWN).
 pub fn codes_known(resource_type: i8, pattern_type: i8, operation: i8, permission: i8) -> bool {
     (resource::ANY..=resource::USER).contains(&resource_type)
         && (pattern::ANY..=pattern::PREFIXED).contains(&pattern_type)
         && (op::ANY..=op::DESCRIBE_TOKENS).contains(&operation)
         && (permission::ANY..=permission::ALLOW).contains(&permission)
+}
+
+/// Whether a code is UNKNOWN (0) itself: Kafka's request parser (`CreateAclsRequest`/`DeleteAclsRequest`/
+/// `DescribeAclsRequest.validate`) refuses such a request whole and the connection is closed. Other codes it
+/// does not know pass the parser and are refused per item.
+pub fn any_code_unknown(
+    resource_type: i8,
+    pattern_type: i8,
+    operation: i8,
+    permission: i8,
+) -> bool {
+    [resource_type, pattern_type, operation, permission].contains(&0)
 }
 
 /// An `AclBindingFilter`: `None` for a null string (matches anything), ANY codes match anything.
@@ -89,6 +100,17 @@ impl AclFilter {
             self.operation,
             self.permission,
         )
+    }
+
+    /// DeleteAcls' message for an unknown filter (Kafka's `AclControlManager.validateFilter`).
+    pub fn unknown_message(&self) -> &'static str {
+        if !(resource::ANY..=resource::USER).contains(&self.resource_type)
+            || !(pattern::ANY..=pattern::PREFIXED).contains(&self.pattern_type)
+        {
+            "Unknown patternFilter."
+        } else {
+            "Unknown entryFilter."
+        }
     }
 
     /// Kafka's `AclBindingFilter.matches`: `ResourcePatternFilter.matches` and `AccessControlEntryFilter.matches`.
@@ -145,23 +167,64 @@ pub fn creation_error(acl: &AccessControlEntryRecord) -> Option<String> {
     if acl.resource_name.is_empty() {
         return Some("Invalid empty resource name".into());
     }
+    // Codes Kafka does not know read as UNKNOWN, and its messages name them so.
     if !(resource::TOPIC..=resource::USER).contains(&acl.resource_type) {
-        return Some(format!("Invalid resourceType {}", acl.resource_type));
+        return Some(format!(
+            "Invalid resourceType {}",
+            if acl.resource_type == resource::ANY {
+                "ANY"
+            } else {
+                "UNKNOWN"
+            }
+        ));
     }
     if !(pattern::LITERAL..=pattern::PREFIXED).contains(&acl.pattern_type) {
-        return Some(format!("Invalid patternType {}", acl.pattern_type));
+        return Some(format!(
+            "Invalid patternType {}",
+            match acl.pattern_type {
+                pattern::ANY => "ANY",
+                pattern::MATCH => "MATCH",
+                _ => "UNKNOWN",
+            }
+        ));
     }
     if !(op::ALL..=op::DESCRIBE_TOKENS).contains(&acl.operation) {
-        return Some(format!("Invalid operation {}", acl.operation));
+        return Some(format!(
+            "Invalid operation {}",
+            if acl.operation == op::ANY {
+                "ANY"
+            } else {
+                "UNKNOWN"
+            }
+        ));
     }
     if !(permission::DENY..=permission::ALLOW).contains(&acl.permission_type) {
-        return Some(format!("Invalid permissionType {}", acl.permission_type));
+        return Some(format!(
+            "Invalid permissionType {}",
+            if acl.permission_type == permission::ANY {
+                "ANY"
+            } else {
+                "UNKNOWN"
+            }
+        ));
     }
-    match acl.principal.split_once(':') {
-        Some((kind, name)) if !kind.is_empty() && !name.is_empty() => None,
-        _ => Some(format!(
-            "Could not parse principal '{}': expected TYPE:NAME, e.g. User:alice",
+    if !acl.principal.contains(':') {
+        return Some(format!(
+            "Could not parse principal from `{}` (no colon is present separating the principal type from the \
+             principal name)",
             acl.principal
-        )),
+        ));
     }
+    None
+}
+
+/// Whether a creation names a filter value (ANY, MATCH) where a concrete one is needed. Kafka's broker cannot
+/// turn such a creation into an ACL and fails the whole CreateAcls with UNKNOWN_SERVER_ERROR for every entry
+/// (observed with Kafka 4.1: `StandardAcl.fromAclBinding` throws before anything is sent to the controller).
+pub fn creation_has_filter_value(acl: &AccessControlEntryRecord) -> bool {
+    acl.resource_type == resource::ANY
+        || acl.pattern_type == pattern::ANY
+        || acl.pattern_type == pattern::MATCH
+        || acl.operation == op::ANY
+        || acl.permission_type == permission::ANY
 }

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use annal_metadata::acl::{codes_known, op, AclFilter};
+use annal_metadata::acl::{any_code_unknown, creation_has_filter_value, op, AclFilter};
 use annal_metadata::controller::acls::delete_filter;
 use annal_metadata::records::AccessControlEntryRecord;
 use kafka_protocol::messages::create_acls_response::AclCreationResult;
@@ -33,7 +33,7 @@ pub async fn describe_acls(
     _header: &RequestHeader,
     req: DescribeAclsRequest,
 ) -> Result<DescribeAclsResponse, Close> {
-    if !codes_known(
+    if any_code_unknown(
         req.resource_type_filter,
         req.pattern_type_filter,
         req.operation,
@@ -100,7 +100,7 @@ pub async fn create_acls(
     req: CreateAclsRequest,
 ) -> Result<CreateAclsResponse, Close> {
     if req.creations.iter().any(|c| {
-        !codes_known(
+        any_code_unknown(
             c.resource_type,
             c.resource_pattern_type,
             c.operation,
@@ -147,6 +147,14 @@ pub async fn create_acls(
             permission_type: c.permission_type,
         })
         .collect();
+    if wanted.iter().any(creation_has_filter_value) {
+        // Kafka's broker fails the whole request this way (see `creation_has_filter_value`).
+        return Ok(every(
+            code::UNKNOWN_SERVER_ERROR,
+            "an ACL to create names ANY or MATCH where a resource type, pattern type, operation or permission is \
+             needed; nothing was created",
+        ));
+    }
     let cluster = broker.cluster();
     match cluster
         .channel()
@@ -180,7 +188,10 @@ pub async fn delete_acls(
     req: DeleteAclsRequest,
 ) -> Result<DeleteAclsResponse, Close> {
     let filters: Vec<AclFilter> = req.filters.iter().map(delete_filter).collect();
-    if filters.iter().any(AclFilter::is_unknown) {
+    if filters
+        .iter()
+        .any(|f| any_code_unknown(f.resource_type, f.pattern_type, f.operation, f.permission))
+    {
         return Err(unknown_codes("DeleteAcls filters"));
     }
     let every = |code: i16, message: &str| {

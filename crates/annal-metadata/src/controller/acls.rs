@@ -134,7 +134,7 @@ impl Controller {
                 results.push(
                     DeleteAclsFilterResult::default()
                         .with_error_code(INVALID_REQUEST)
-                        .with_error_message(Some(s("Unknown patternFilter."))),
+                        .with_error_message(Some(s(filter.unknown_message()))),
                 );
                 continue;
             }

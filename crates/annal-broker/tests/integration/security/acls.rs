@@ -446,12 +446,9 @@ async fn malformed_acl_requests_get_kafkas_answers() {
                 ok.clone(),
                 ok.clone().with_resource_type(resource::CLUSTER), // the cluster is named kafka-cluster
                 ok.clone().with_resource_name(s("")),
-                ok.clone().with_resource_pattern_type(pattern::MATCH),
-                ok.clone().with_resource_pattern_type(pattern::ANY),
-                ok.clone().with_resource_type(resource::ANY),
-                ok.clone().with_operation(op::ANY),
-                ok.clone().with_permission_type(permission::ANY),
                 ok.clone().with_principal(s("alice")),
+                ok.clone().with_resource_type(99), // codes Kafka does not know are UNKNOWN
+                ok.clone().with_operation(99),
                 acl(
                     resource::CLUSTER,
                     "kafka-cluster",
@@ -464,12 +461,27 @@ async fn malformed_acl_requests_get_kafkas_answers() {
             ]
         )
         .await,
-        vec![0, 42, 42, 42, 42, 42, 42, 42, 42, 0]
+        vec![0, 42, 42, 42, 42, 42, 0]
     );
-    // Codes Kafka does not know: the request is refused whole and the connection closed, as Kafka's parser does.
+    // ANY or MATCH where a concrete value is needed fails the whole request with UNKNOWN_SERVER_ERROR and creates
+    // nothing, as Kafka 4's broker does.
+    for bad in [
+        ok.clone().with_resource_pattern_type(pattern::MATCH),
+        ok.clone().with_resource_pattern_type(pattern::ANY),
+        ok.clone().with_resource_type(resource::ANY),
+        ok.clone().with_operation(op::ANY),
+        ok.clone().with_permission_type(permission::ANY),
+    ] {
+        let fresh = ok.clone().with_resource_name(s("never-created"));
+        assert_eq!(
+            create_acls(&mut admin, vec![fresh, bad]).await,
+            vec![-1, -1]
+        );
+    }
+    // UNKNOWN (0) codes: the request is refused whole and the connection closed, as Kafka's parser does.
     let mut c = login(addr, "admin").await;
     c.send(
-        &CreateAclsRequest::default().with_creations(vec![ok.clone().with_resource_type(99)]),
+        &CreateAclsRequest::default().with_creations(vec![ok.clone().with_resource_type(0)]),
         3,
     )
     .await;
