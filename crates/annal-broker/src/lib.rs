@@ -61,11 +61,18 @@ pub struct Broker {
     health: ops::groups::GroupHealth,
     /// What `/readyz` checks that the managers do not know.
     readiness: ops::http::Readiness,
+    /// `authorizer.class.name`: checks every request against the image's ACLs (`apis::authz`); `None` allows all.
+    authorizer: Option<security::authorizer::Authorizer>,
 }
 
 impl Broker {
     pub fn config(&self) -> &BrokerConfig {
         &self.config
+    }
+
+    /// The authorizer, when `authorizer.class.name` is set.
+    pub fn authorizer(&self) -> Option<&security::authorizer::Authorizer> {
+        self.authorizer.as_ref()
     }
 
     pub fn cluster_id(&self) -> &str {
@@ -265,7 +272,13 @@ pub async fn start(
         });
     }
     let fetch_sessions = apis::fetch_session::FetchSessions::new(config.fetch_session_slots);
+    let authorizer = config
+        .security
+        .authorizer
+        .clone()
+        .map(security::authorizer::Authorizer::new);
     let broker = Arc::new(Broker {
+        authorizer,
         config,
         cluster_id,
         replica_manager,

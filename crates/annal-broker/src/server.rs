@@ -27,6 +27,9 @@ tokio::task_local! {
     /// The listener a request came in on: Metadata and FindCoordinator answer with that listener's endpoints,
     /// as Kafka does.
     pub static LISTENER: Arc<str>;
+    /// The principal of the connection a request came in on (`User:ANONYMOUS`, the TLS subject, the SASL
+    /// user), set for each request: what the authorizer checks (`apis::authz`).
+    pub static PRINCIPAL: Arc<str>;
 }
 
 /// Why a connection is closed instead of answered.
@@ -289,8 +292,11 @@ async fn connection(
         let metrics = broker.replica_manager().metrics();
         metrics.network_received_bytes.inc_by(4 + size as u64);
         let reply = if authenticated {
+            let who: Arc<str> = Arc::from(principal.as_str());
             SaslReply {
-                response: handle_frame(&broker, Bytes::from(frame)).await?,
+                response: PRINCIPAL
+                    .scope(who, handle_frame(&broker, Bytes::from(frame)))
+                    .await?,
                 then_close: None,
             }
         } else {
@@ -389,8 +395,9 @@ async fn sasl_frame(
         )));
     }
     if key == Some(ApiKey::ApiVersions) {
+        let who: Arc<str> = Arc::from(principal.as_str());
         return Ok(SaslReply {
-            response: handle_frame(broker, frame).await?,
+            response: PRINCIPAL.scope(who, handle_frame(broker, frame)).await?,
             then_close: None,
         });
     }
@@ -718,7 +725,13 @@ pub fn prefix(frame: &[u8]) -> Option<Prefix> {
 pub async fn handle_frame(broker: &Arc<Broker>, frame: Bytes) -> Result<Option<Response>, Close> {
     let p = prefix(&frame).ok_or_else(|| Close("frame shorter than a request header".into()))?;
     if p.api_key == annal_metadata::raft::RAFT_RPC_API_KEY {
-        // A broker-only node learns the metadata log: the quorum leader pushes it to this listener.
+        // A broker-only node learns the metadata log: the quorum leader pushes it to this listener. With an
+        // authorizer only a principal with CLUSTER_ACTION (a super user, as Kafka requires of brokers) may.
+        if let Some(denied) =
+            apis::authz::inter_broker_denied(broker, "the metadata quorum's replication")
+        {
+            return Err(Close(denied));
+        }
         return raft_rpc(broker, frame).await.map(Some);
     }
     let Ok(api_key) = ApiKey::try_from(p.api_key) else {

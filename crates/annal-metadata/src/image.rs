@@ -10,9 +10,10 @@ use std::collections::BTreeMap;
 use uuid::Uuid;
 
 use crate::records::{
-    BrokerEndpoint, BrokerFeature, ConfigRecord, ConfigResourceType, FeatureLevelRecord,
-    MetadataRecord, PartitionChangeRecord, PartitionRecord, ProducerIdsRecord, RecordError,
-    RegisterBrokerRecord, TopicRecord, UserScramCredentialRecord, LEADER_UNCHANGED, NO_LEADER,
+    AccessControlEntryRecord, BrokerEndpoint, BrokerFeature, ConfigRecord, ConfigResourceType,
+    FeatureLevelRecord, MetadataRecord, PartitionChangeRecord, PartitionRecord, ProducerIdsRecord,
+    RecordError, RegisterBrokerRecord, TopicRecord, UserScramCredentialRecord, LEADER_UNCHANGED,
+    NO_LEADER,
 };
 
 /// A record that does not fit the image it is applied to. In a committed log this is a controller bug: the
@@ -167,6 +168,8 @@ pub struct MetadataImage {
     pub features: BTreeMap<String, i16>,
     /// SCRAM credentials by (user, Kafka's mechanism code): what SASL/SCRAM listeners authenticate against.
     pub scram_credentials: BTreeMap<(String, i8), UserScramCredentialRecord>,
+    /// ACLs by id (AccessControlEntryRecord): what the authorizer decides with.
+    pub acls: BTreeMap<Uuid, AccessControlEntryRecord>,
 }
 
 impl MetadataImage {
@@ -343,6 +346,17 @@ impl MetadataImage {
                         "no SCRAM credential for '{}' with mechanism {} to remove",
                         r.name, r.mechanism
                     ));
+                }
+            }
+            MetadataRecord::AccessControlEntry(r) => {
+                if !acl_codes_valid(r) {
+                    return Err(format!("ACL {} has invalid codes: {r:?}", r.id));
+                }
+                self.acls.insert(r.id, r.clone());
+            }
+            MetadataRecord::RemoveAccessControlEntry(r) => {
+                if self.acls.remove(&r.id).is_none() {
+                    return Err(format!("no ACL with id {} to remove", r.id));
                 }
             }
             MetadataRecord::FeatureLevel(r) => {
@@ -564,6 +578,19 @@ impl MetadataImage {
         self.scram_credentials.get(&(user.to_string(), mechanism))
     }
 
+    /// A stored ACL equal to `acl` but for its id (Kafka keeps one copy of each binding).
+    pub fn acl_like(&self, acl: &AccessControlEntryRecord) -> Option<&AccessControlEntryRecord> {
+        self.acls.values().find(|a| {
+            a.resource_type == acl.resource_type
+                && a.resource_name == acl.resource_name
+                && a.pattern_type == acl.pattern_type
+                && a.principal == acl.principal
+                && a.host == acl.host
+                && a.operation == acl.operation
+                && a.permission_type == acl.permission_type
+        })
+    }
+
     /// The epoch a broker registering now gets: above every epoch in use and above every offset applied, so it
     /// only grows, survives snapshots, and is the same on every node.
     pub fn next_broker_epoch(&self) -> i64 {
@@ -635,6 +662,9 @@ impl MetadataImage {
         }
         for c in self.scram_credentials.values() {
             out.push(MetadataRecord::UserScramCredential(c.clone()));
+        }
+        for a in self.acls.values() {
+            out.push(MetadataRecord::AccessControlEntry(a.clone()));
         }
         if self.next_producer_id > 0 {
             out.push(MetadataRecord::ProducerIds(ProducerIdsRecord {
@@ -741,3 +771,14 @@ impl MetadataImage {
 
 #[cfg(test)]
 mod tests;
+
+/// Whether an ACL's codes are ones a stored ACL may have (Kafka's `AclControlManager.validateNewAcl`): a concrete
+/// resource type (TOPIC..USER), LITERAL or PREFIXED, a concrete operation (ALL..CREATE_TOKENS), DENY or ALLOW, a
+/// non-empty resource name.
+pub fn acl_codes_valid(r: &AccessControlEntryRecord) -> bool {
+    (2..=7).contains(&r.resource_type)
+        && (3..=4).contains(&r.pattern_type)
+        && (2..=14).contains(&r.operation)
+        && (2..=3).contains(&r.permission_type)
+        && !r.resource_name.is_empty()
+}

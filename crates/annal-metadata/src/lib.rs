@@ -16,6 +16,7 @@
 pub use env::NodeEnv;
 pub use node::{MetadataNode, MetadataNodeConfig};
 
+pub mod acl;
 pub mod controller;
 pub mod crash_probe;
 pub mod env;

@@ -309,6 +309,28 @@ pub struct RemoveUserScramCredentialRecord {
     pub mechanism: i8,
 }
 
+/// api key 18, version 0: one ACL (Kafka's `StandardAcl` with its id). Codes are Kafka's: `ResourceType` (2 TOPIC,
+/// 3 GROUP, 4 CLUSTER, 5 TRANSACTIONAL_ID, 6 DELEGATION_TOKEN, 7 USER), `PatternType` (3 LITERAL, 4 PREFIXED),
+/// `AclOperation` (2 ALL .. 14 CREATE_TOKENS), `AclPermissionType` (2 DENY, 3 ALLOW). The principal is
+/// `Type:name` (`User:alice`, `User:*`), the host an IP address or `*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessControlEntryRecord {
+    pub id: Uuid,
+    pub resource_type: i8,
+    pub resource_name: String,
+    pub pattern_type: i8,
+    pub principal: String,
+    pub host: String,
+    pub operation: i8,
+    pub permission_type: i8,
+}
+
+/// api key 19, version 0.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoveAccessControlEntryRecord {
+    pub id: Uuid,
+}
+
 /// One metadata record of a kind Annal understands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MetadataRecord {
@@ -326,6 +348,8 @@ pub enum MetadataRecord {
     BrokerRegistrationChange(BrokerRegistrationChangeRecord),
     UserScramCredential(UserScramCredentialRecord),
     RemoveUserScramCredential(RemoveUserScramCredentialRecord),
+    AccessControlEntry(AccessControlEntryRecord),
+    RemoveAccessControlEntry(RemoveAccessControlEntryRecord),
 }
 
 /// (name, api key, lowest and highest version read).
@@ -345,6 +369,9 @@ const BROKER_REGISTRATION_CHANGE: (&str, u32, u16, u16) =
 const USER_SCRAM_CREDENTIAL: (&str, u32, u16, u16) = ("UserScramCredentialRecord", 11, 0, 0);
 const REMOVE_USER_SCRAM_CREDENTIAL: (&str, u32, u16, u16) =
     ("RemoveUserScramCredentialRecord", 22, 0, 0);
+const ACCESS_CONTROL_ENTRY: (&str, u32, u16, u16) = ("AccessControlEntryRecord", 18, 0, 0);
+const REMOVE_ACCESS_CONTROL_ENTRY: (&str, u32, u16, u16) =
+    ("RemoveAccessControlEntryRecord", 19, 0, 0);
 
 impl MetadataRecord {
     /// Kafka's record type id (`MetadataRecordType`).
@@ -373,6 +400,8 @@ impl MetadataRecord {
             MetadataRecord::BrokerRegistrationChange(_) => BROKER_REGISTRATION_CHANGE,
             MetadataRecord::UserScramCredential(_) => USER_SCRAM_CREDENTIAL,
             MetadataRecord::RemoveUserScramCredential(_) => REMOVE_USER_SCRAM_CREDENTIAL,
+            MetadataRecord::AccessControlEntry(_) => ACCESS_CONTROL_ENTRY,
+            MetadataRecord::RemoveAccessControlEntry(_) => REMOVE_ACCESS_CONTROL_ENTRY,
         }
     }
 
@@ -483,6 +512,21 @@ impl MetadataRecord {
                 w.i8(r.mechanism);
                 w.tagged_fields(&[]);
             }
+            MetadataRecord::AccessControlEntry(r) => {
+                w.uuid(&r.id);
+                w.i8(r.resource_type);
+                w.string(&r.resource_name);
+                w.i8(r.pattern_type);
+                w.string(&r.principal);
+                w.string(&r.host);
+                w.i8(r.operation);
+                w.i8(r.permission_type);
+                w.tagged_fields(&[]);
+            }
+            MetadataRecord::RemoveAccessControlEntry(r) => {
+                w.uuid(&r.id);
+                w.tagged_fields(&[]);
+            }
         }
         w.bytes
     }
@@ -511,6 +555,8 @@ impl MetadataRecord {
             17 => BROKER_REGISTRATION_CHANGE,
             11 => USER_SCRAM_CREDENTIAL,
             22 => REMOVE_USER_SCRAM_CREDENTIAL,
+            18 => ACCESS_CONTROL_ENTRY,
+            19 => REMOVE_ACCESS_CONTROL_ENTRY,
             other => return Err(RecordError::UnknownRecordType(other)),
         };
         let (record_name, _, min, max) = kind;
@@ -618,6 +664,32 @@ impl MetadataRecord {
                     name,
                     mechanism,
                 })
+            }
+            18 => {
+                let id = r.uuid("Id")?;
+                let resource_type = r.i8("ResourceType")?;
+                let resource_name = r.string("ResourceName")?;
+                let pattern_type = r.i8("PatternType")?;
+                let principal = r.string("Principal")?;
+                let host = r.string("Host")?;
+                let operation = r.i8("Operation")?;
+                let permission_type = r.i8("PermissionType")?;
+                r.tagged_fields(|_, _| Ok(false))?;
+                MetadataRecord::AccessControlEntry(AccessControlEntryRecord {
+                    id,
+                    resource_type,
+                    resource_name,
+                    pattern_type,
+                    principal,
+                    host,
+                    operation,
+                    permission_type,
+                })
+            }
+            19 => {
+                let id = r.uuid("Id")?;
+                r.tagged_fields(|_, _| Ok(false))?;
+                MetadataRecord::RemoveAccessControlEntry(RemoveAccessControlEntryRecord { id })
             }
             _ => unreachable!("api key {api_key} was matched above"),
         };

@@ -1,8 +1,10 @@
 //! One module per group of Kafka APIs. [`SUPPORTED`] is the single list of what this broker implements (and so
 //! what ApiVersions advertises); [`dispatch`] routes a decoded header to its handler.
 
+pub mod acls;
 pub mod admin;
 pub mod api_versions;
+pub mod authz;
 pub mod configs;
 pub mod fetch;
 pub mod fetch_session;
@@ -77,6 +79,10 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
     (ApiKey::DescribeClientQuotas, 0, 1),
+    // ACLs (Kafka 4's versions: v0 was removed by KIP-896); see apis::acls and apis::authz.
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
 ];
 
 /// APIs the active controller answers, forwarded to it as Kafka's brokers forward them (DescribeQuorum and
@@ -196,6 +202,9 @@ pub fn decode_body(key: ApiKey, header: &RequestHeader, mut buf: Bytes) -> Resul
         ApiKey::DescribeClientQuotas => {
             decode::<DescribeClientQuotasRequest>(key, &mut buf, v).map(drop)
         }
+        ApiKey::DescribeAcls => decode::<DescribeAclsRequest>(key, &mut buf, v).map(drop),
+        ApiKey::CreateAcls => decode::<CreateAclsRequest>(key, &mut buf, v).map(drop),
+        ApiKey::DeleteAcls => decode::<DeleteAclsRequest>(key, &mut buf, v).map(drop),
         ApiKey::Produce if v < 3 => match produce::legacy_unsupported(v, &buf) {
             Some(Err(e)) => Err(Close(e)),
             _ => Ok(()),
@@ -228,6 +237,16 @@ macro_rules! route {
     }};
 }
 
+/// [`route!`] for a handler that may close the connection instead of answering.
+macro_rules! route_fallible {
+    ($broker:expr, $key:expr, $header:expr, $buf:expr, $req:ty, $handler:path) => {{
+        let req: $req = decode($key, &mut $buf, $header.request_api_version)?;
+        let resp = $handler($broker, &$header, req).await?;
+        count_errors!($broker, $key, &resp);
+        Ok(Some(encode_response(&$header, &resp)?.into()))
+    }};
+}
+
 pub async fn dispatch(
     broker: &Arc<Broker>,
     key: ApiKey,
@@ -244,14 +263,14 @@ pub async fn dispatch(
             ApiVersionsRequest,
             api_versions::handle
         ),
-        ApiKey::Metadata => route!(broker, key, header, buf, MetadataRequest, metadata::handle),
+        ApiKey::Metadata => route!(broker, key, header, buf, MetadataRequest, authz::metadata),
         ApiKey::DescribeCluster => route!(
             broker,
             key,
             header,
             buf,
             DescribeClusterRequest,
-            metadata::describe_cluster
+            authz::describe_cluster
         ),
         ApiKey::CreateTopics => route!(
             broker,
@@ -259,7 +278,7 @@ pub async fn dispatch(
             header,
             buf,
             CreateTopicsRequest,
-            admin::create_topics
+            authz::create_topics
         ),
         ApiKey::DeleteTopics => route!(
             broker,
@@ -267,7 +286,7 @@ pub async fn dispatch(
             header,
             buf,
             DeleteTopicsRequest,
-            admin::delete_topics
+            authz::delete_topics
         ),
         ApiKey::CreatePartitions => route!(
             broker,
@@ -275,7 +294,7 @@ pub async fn dispatch(
             header,
             buf,
             CreatePartitionsRequest,
-            admin::create_partitions
+            authz::create_partitions
         ),
         ApiKey::DescribeConfigs => route!(
             broker,
@@ -283,7 +302,7 @@ pub async fn dispatch(
             header,
             buf,
             DescribeConfigsRequest,
-            configs::describe
+            authz::describe_configs
         ),
         ApiKey::AlterConfigs => route!(
             broker,
@@ -291,7 +310,7 @@ pub async fn dispatch(
             header,
             buf,
             AlterConfigsRequest,
-            configs::alter
+            authz::alter_configs
         ),
         ApiKey::IncrementalAlterConfigs => {
             route!(
@@ -300,7 +319,7 @@ pub async fn dispatch(
                 header,
                 buf,
                 IncrementalAlterConfigsRequest,
-                configs::incremental_alter
+                authz::incremental_alter_configs
             )
         }
         ApiKey::ListOffsets => route!(
@@ -309,7 +328,7 @@ pub async fn dispatch(
             header,
             buf,
             ListOffsetsRequest,
-            offsets::list_offsets
+            authz::list_offsets
         ),
         ApiKey::DeleteRecords => route!(
             broker,
@@ -317,7 +336,7 @@ pub async fn dispatch(
             header,
             buf,
             DeleteRecordsRequest,
-            offsets::delete_records
+            authz::delete_records
         ),
         ApiKey::InitProducerId => route!(
             broker,
@@ -325,7 +344,7 @@ pub async fn dispatch(
             header,
             buf,
             InitProducerIdRequest,
-            producers::init_producer_id
+            authz::init_producer_id
         ),
         ApiKey::DescribeProducers => {
             route!(
@@ -334,7 +353,7 @@ pub async fn dispatch(
                 header,
                 buf,
                 DescribeProducersRequest,
-                producers::describe_producers
+                authz::describe_producers
             )
         }
         ApiKey::OffsetForLeaderEpoch => {
@@ -344,7 +363,7 @@ pub async fn dispatch(
                 header,
                 buf,
                 OffsetForLeaderEpochRequest,
-                offsets::offset_for_leader_epoch
+                authz::offset_for_leader_epoch
             )
         }
         ApiKey::ElectLeaders => route!(
@@ -353,7 +372,7 @@ pub async fn dispatch(
             header,
             buf,
             ElectLeadersRequest,
-            admin::elect_leaders
+            authz::elect_leaders
         ),
         ApiKey::AlterPartitionReassignments => route!(
             broker,
@@ -361,7 +380,7 @@ pub async fn dispatch(
             header,
             buf,
             AlterPartitionReassignmentsRequest,
-            admin::alter_partition_reassignments
+            authz::alter_partition_reassignments
         ),
         ApiKey::ListPartitionReassignments => route!(
             broker,
@@ -369,7 +388,7 @@ pub async fn dispatch(
             header,
             buf,
             ListPartitionReassignmentsRequest,
-            admin::list_partition_reassignments
+            authz::list_partition_reassignments
         ),
         ApiKey::DescribeQuorum => route!(
             broker,
@@ -377,7 +396,7 @@ pub async fn dispatch(
             header,
             buf,
             DescribeQuorumRequest,
-            metadata::describe_quorum
+            authz::describe_quorum
         ),
         ApiKey::DescribeLogDirs => route!(
             broker,
@@ -385,7 +404,7 @@ pub async fn dispatch(
             header,
             buf,
             DescribeLogDirsRequest,
-            admin::describe_log_dirs
+            authz::describe_log_dirs
         ),
         ApiKey::WriteTxnMarkers => route!(
             broker,
@@ -393,11 +412,11 @@ pub async fn dispatch(
             header,
             buf,
             WriteTxnMarkersRequest,
-            txn_markers::handle
+            authz::write_txn_markers
         ),
         ApiKey::Fetch => {
             let req: FetchRequest = decode(key, &mut buf, header.request_api_version)?;
-            let (resp, slices) = fetch::handle(broker, &header, req).await;
+            let (resp, slices) = authz::fetch(broker, &header, req).await;
             count_errors!(broker, key, &resp);
             fetch::encode(&header, resp, slices).await.map(Some)
         }
@@ -407,7 +426,7 @@ pub async fn dispatch(
             header,
             buf,
             FindCoordinatorRequest,
-            groups::find_coordinator
+            authz::find_coordinator
         ),
         ApiKey::JoinGroup => route!(
             broker,
@@ -415,7 +434,7 @@ pub async fn dispatch(
             header,
             buf,
             JoinGroupRequest,
-            groups::join_group
+            authz::join_group
         ),
         ApiKey::SyncGroup => route!(
             broker,
@@ -423,23 +442,16 @@ pub async fn dispatch(
             header,
             buf,
             SyncGroupRequest,
-            groups::sync_group
+            authz::sync_group
         ),
-        ApiKey::Heartbeat => route!(
-            broker,
-            key,
-            header,
-            buf,
-            HeartbeatRequest,
-            groups::heartbeat
-        ),
+        ApiKey::Heartbeat => route!(broker, key, header, buf, HeartbeatRequest, authz::heartbeat),
         ApiKey::LeaveGroup => route!(
             broker,
             key,
             header,
             buf,
             LeaveGroupRequest,
-            groups::leave_group
+            authz::leave_group
         ),
         ApiKey::OffsetCommit => route!(
             broker,
@@ -447,7 +459,7 @@ pub async fn dispatch(
             header,
             buf,
             OffsetCommitRequest,
-            groups::offset_commit
+            authz::offset_commit
         ),
         ApiKey::OffsetFetch => route!(
             broker,
@@ -455,7 +467,7 @@ pub async fn dispatch(
             header,
             buf,
             OffsetFetchRequest,
-            groups::offset_fetch
+            authz::offset_fetch
         ),
         ApiKey::OffsetDelete => route!(
             broker,
@@ -463,7 +475,7 @@ pub async fn dispatch(
             header,
             buf,
             OffsetDeleteRequest,
-            groups::offset_delete
+            authz::offset_delete
         ),
         ApiKey::DescribeGroups => route!(
             broker,
@@ -471,7 +483,7 @@ pub async fn dispatch(
             header,
             buf,
             DescribeGroupsRequest,
-            groups::describe_groups
+            authz::describe_groups
         ),
         ApiKey::ListGroups => route!(
             broker,
@@ -479,7 +491,7 @@ pub async fn dispatch(
             header,
             buf,
             ListGroupsRequest,
-            groups::list_groups
+            authz::list_groups
         ),
         ApiKey::DeleteGroups => route!(
             broker,
@@ -487,7 +499,7 @@ pub async fn dispatch(
             header,
             buf,
             DeleteGroupsRequest,
-            groups::delete_groups
+            authz::delete_groups
         ),
         ApiKey::ConsumerGroupHeartbeat => route!(
             broker,
@@ -495,7 +507,7 @@ pub async fn dispatch(
             header,
             buf,
             ConsumerGroupHeartbeatRequest,
-            groups::consumer_group_heartbeat
+            authz::consumer_group_heartbeat
         ),
         ApiKey::ConsumerGroupDescribe => route!(
             broker,
@@ -503,7 +515,7 @@ pub async fn dispatch(
             header,
             buf,
             ConsumerGroupDescribeRequest,
-            groups::consumer_group_describe
+            authz::consumer_group_describe
         ),
         ApiKey::AddPartitionsToTxn => route!(
             broker,
@@ -511,7 +523,7 @@ pub async fn dispatch(
             header,
             buf,
             AddPartitionsToTxnRequest,
-            txn::add_partitions_to_txn
+            authz::add_partitions_to_txn
         ),
         ApiKey::AddOffsetsToTxn => route!(
             broker,
@@ -519,16 +531,16 @@ pub async fn dispatch(
             header,
             buf,
             AddOffsetsToTxnRequest,
-            txn::add_offsets_to_txn
+            authz::add_offsets_to_txn
         ),
-        ApiKey::EndTxn => route!(broker, key, header, buf, EndTxnRequest, txn::end_txn),
+        ApiKey::EndTxn => route!(broker, key, header, buf, EndTxnRequest, authz::end_txn),
         ApiKey::TxnOffsetCommit => route!(
             broker,
             key,
             header,
             buf,
             TxnOffsetCommitRequest,
-            groups::txn_offset_commit
+            authz::txn_offset_commit
         ),
         ApiKey::DescribeTransactions => route!(
             broker,
@@ -536,7 +548,7 @@ pub async fn dispatch(
             header,
             buf,
             DescribeTransactionsRequest,
-            txn::describe_transactions
+            authz::describe_transactions
         ),
         ApiKey::ListTransactions => route!(
             broker,
@@ -544,7 +556,7 @@ pub async fn dispatch(
             header,
             buf,
             ListTransactionsRequest,
-            txn::list_transactions
+            authz::list_transactions
         ),
         ApiKey::SaslHandshake => route!(
             broker,
@@ -568,7 +580,7 @@ pub async fn dispatch(
             header,
             buf,
             DescribeUserScramCredentialsRequest,
-            sasl::describe_user_scram_credentials
+            authz::describe_user_scram_credentials
         ),
         ApiKey::AlterUserScramCredentials => route!(
             broker,
@@ -576,7 +588,7 @@ pub async fn dispatch(
             header,
             buf,
             AlterUserScramCredentialsRequest,
-            sasl::alter_user_scram_credentials
+            authz::alter_user_scram_credentials
         ),
         ApiKey::DescribeClientQuotas => route!(
             broker,
@@ -584,7 +596,31 @@ pub async fn dispatch(
             header,
             buf,
             DescribeClientQuotasRequest,
-            sasl::describe_client_quotas
+            authz::describe_client_quotas
+        ),
+        ApiKey::DescribeAcls => route_fallible!(
+            broker,
+            key,
+            header,
+            buf,
+            DescribeAclsRequest,
+            acls::describe_acls
+        ),
+        ApiKey::CreateAcls => route_fallible!(
+            broker,
+            key,
+            header,
+            buf,
+            CreateAclsRequest,
+            acls::create_acls
+        ),
+        ApiKey::DeleteAcls => route_fallible!(
+            broker,
+            key,
+            header,
+            buf,
+            DeleteAclsRequest,
+            acls::delete_acls
         ),
         ApiKey::Produce if header.request_api_version < 3 => {
             match produce::legacy_unsupported(header.request_api_version, &buf) {
@@ -601,7 +637,7 @@ pub async fn dispatch(
         }
         ApiKey::Produce => {
             let req: ProduceRequest = decode(key, &mut buf, header.request_api_version)?;
-            match produce::handle(broker, &header, req).await? {
+            match authz::produce(broker, &header, req).await? {
                 Some(resp) => {
                     count_errors!(broker, key, &resp);
                     Ok(Some(encode_response(&header, &resp)?.into()))

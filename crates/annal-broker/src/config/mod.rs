@@ -341,6 +341,9 @@ pub const BROKER_SETTINGS: &[Setting] = &[
     ),
     setting("sasl.server.max.receive.size", int(1), "524288"),
     setting("connection.failed.authentication.delay.ms", int(0), "100"),
+    setting("authorizer.class.name", Kind::Text, ""),
+    setting("super.users", Kind::Text, ""),
+    setting("allow.everyone.if.no.acl.found", Kind::Bool, "false"),
     // Operations (Annal's own): the HTTP listener, lag health, the retention guard (`crate::ops`).
     setting("http.listen", Kind::Text, crate::ops::DEFAULT_HTTP_LISTEN),
     setting("lag.window.commits", Kind::Int { min: 1, max: 1000 }, "10"),

@@ -98,6 +98,9 @@ pub struct SecurityConfig {
     pub failed_authentication_delay_ms: u64,
     /// `sasl.server.max.receive.size` (524288): the largest frame accepted before authentication completes.
     pub sasl_max_receive_size: usize,
+    /// `authorizer.class.name` set to Kafka's StandardAuthorizer, with `super.users` and
+    /// `allow.everyone.if.no.acl.found`; `None` (Kafka's default, no authorizer) allows everything.
+    pub authorizer: Option<crate::security::authorizer::AuthorizerConfig>,
 }
 
 /// Settings that hold secrets: never echoed by DescribeConfigs.
@@ -237,7 +240,9 @@ pub fn resolve(
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
     };
+    let authorizer = authorizer_settings(explicit)?;
     Ok(SecurityConfig {
+        authorizer,
         listeners,
         failed_authentication_delay_ms: num("connection.failed.authentication.delay.ms").max(0)
             as u64,
@@ -549,6 +554,62 @@ pub fn parse_jaas(text: &str) -> Result<JaasEntry, String> {
         flag,
         options,
     })
+}
+
+/// `authorizer.class.name`: empty (no authorizer) or Kafka's StandardAuthorizer; `super.users` is Kafka's
+/// semicolon-separated list of principals (`User:admin;User:ANONYMOUS`).
+fn authorizer_settings(
+    explicit: &BTreeMap<String, String>,
+) -> Result<Option<crate::security::authorizer::AuthorizerConfig>, SettingError> {
+    use crate::security::authorizer::{AuthorizerConfig, STANDARD_AUTHORIZER};
+    let class = effective(explicit, "authorizer.class.name").unwrap_or_default();
+    let class = class.trim();
+    if class.is_empty() {
+        return Ok(None);
+    }
+    if class != STANDARD_AUTHORIZER && class != "kafka.security.authorizer.AclAuthorizer" {
+        return Err(SettingError::new(
+            "authorizer.class.name",
+            format!(
+                "'{class}' is not an authorizer Annal has; use {STANDARD_AUTHORIZER} (Kafka's KRaft authorizer, \
+                 ACLs in the metadata log) or leave it empty for no authorization"
+            ),
+        ));
+    }
+    if class != STANDARD_AUTHORIZER {
+        return Err(SettingError::new(
+            "authorizer.class.name",
+            format!(
+                "{class} is ZooKeeper's authorizer; a KRaft cluster uses {STANDARD_AUTHORIZER}"
+            ),
+        ));
+    }
+    let mut super_users = std::collections::BTreeSet::new();
+    for p in effective(explicit, "super.users")
+        .unwrap_or_default()
+        .split(';')
+    {
+        let p = p.trim();
+        if p.is_empty() {
+            continue;
+        }
+        if !p
+            .split_once(':')
+            .is_some_and(|(t, n)| !t.is_empty() && !n.is_empty())
+        {
+            return Err(SettingError::new(
+                "super.users",
+                format!("'{p}' is not a principal; write TYPE:NAME entries separated by ';', e.g. User:admin;User:ANONYMOUS"),
+            ));
+        }
+        super_users.insert(p.to_string());
+    }
+    let allow_everyone = effective(explicit, "allow.everyone.if.no.acl.found")
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    Ok(Some(AuthorizerConfig {
+        super_users,
+        allow_everyone_if_no_acl_found: allow_everyone,
+    }))
 }
 
 #[cfg(test)]

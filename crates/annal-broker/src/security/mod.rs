@@ -5,6 +5,7 @@
 //! [`sasl::AuthState`] before `apis::dispatch` sees it. Handlers never see an unauthenticated request.
 //! Design: docs/decisions/0017-security.md.
 
+pub mod authorizer;
 pub mod sasl;
 pub mod scram;
 pub mod tls;

@@ -5,6 +5,8 @@
 
 use crate::common;
 
+mod acls;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;

@@ -403,6 +403,49 @@ async fn every_advertised_version_answers() {
         assert_eq!(resp.entries.map(|e| e.len()), Some(0));
         tested.insert((ApiKey::DescribeClientQuotas as i16, v));
     }
+    // ACL APIs: without an authorizer Kafka answers SECURITY_DISABLED (tests/integration/security/acls.rs has the
+    // authorizer's answers at v3).
+    for v in 1..=3 {
+        use kafka_protocol::messages::create_acls_request::AclCreation;
+        use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
+        let resp = c
+            .call(
+                &DescribeAclsRequest::default()
+                    .with_resource_type_filter(1)
+                    .with_pattern_type_filter(1)
+                    .with_operation(1)
+                    .with_permission_type(1),
+                v,
+            )
+            .await;
+        assert_eq!(resp.error_code, 54, "DescribeAcls v{v}");
+        tested.insert((ApiKey::DescribeAcls as i16, v));
+        let creation = AclCreation::default()
+            .with_resource_type(2)
+            .with_resource_name(s("t"))
+            .with_principal(s("User:a"))
+            .with_host(s("*"))
+            .with_operation(3)
+            .with_permission_type(3);
+        let resp = c
+            .call(
+                &CreateAclsRequest::default().with_creations(vec![creation]),
+                v,
+            )
+            .await;
+        assert_eq!(resp.results[0].error_code, 54, "CreateAcls v{v}");
+        tested.insert((ApiKey::CreateAcls as i16, v));
+        let filter = DeleteAclsFilter::default()
+            .with_resource_type_filter(1)
+            .with_pattern_type_filter(1)
+            .with_operation(1)
+            .with_permission_type(1);
+        let resp = c
+            .call(&DeleteAclsRequest::default().with_filters(vec![filter]), v)
+            .await;
+        assert_eq!(resp.filter_results[0].error_code, 54, "DeleteAcls v{v}");
+        tested.insert((ApiKey::DeleteAcls as i16, v));
+    }
 
     // The APIs the active controller answers (ElectLeaders, reassignments, DescribeQuorum: the broker forwards
     // them) are proven by the cluster interop tests (test_elections.py, test_cluster.py, the Kafka tools), which

@@ -9,6 +9,7 @@
 //! Operations answer with Kafka's request/response types ([`Controller::handle`] takes and returns their
 //! bytes), so a broker forwards admin requests unchanged.
 
+pub mod acls;
 mod alter_partition;
 mod brokers;
 mod configs;
@@ -257,6 +258,10 @@ impl Controller {
                 kafka_protocol::messages::AlterUserScramCredentialsRequest,
                 |r| self.alter_user_scram_credentials(r)
             ),
+            30 => run!(kafka_protocol::messages::CreateAclsRequest, |r| self
+                .create_acls(r)),
+            31 => run!(kafka_protocol::messages::DeleteAclsRequest, |r| self
+                .delete_acls(r)),
             other => Err(HandleError::UnsupportedApi(other)),
         }
     }
@@ -271,6 +276,8 @@ pub fn supported_apis() -> Vec<(i16, i16, i16)> {
     vec![
         range::<CreateTopicsRequest>(19),
         range::<DeleteTopicsRequest>(20),
+        range::<kafka_protocol::messages::CreateAclsRequest>(30),
+        range::<kafka_protocol::messages::DeleteAclsRequest>(31),
         range::<AlterConfigsRequest>(33),
         range::<CreatePartitionsRequest>(37),
         range::<ElectLeadersRequest>(43),

@@ -1045,3 +1045,85 @@ async fn scram_credentials_follow_kafkas_rules() {
     assert_eq!(codes(resp), vec![("alice".into(), NONE)]);
     assert!(h.image().scram_credential("alice", 1).is_none());
 }
+
+#[tokio::test]
+async fn acls_follow_kafkas_acl_control_manager() {
+    use kafka_protocol::messages::create_acls_request::AclCreation;
+    use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
+    use kafka_protocol::messages::{CreateAclsRequest, DeleteAclsRequest};
+    let h = Harness::empty();
+    let acl = |name: &str, pattern: i8, op: i8| {
+        AclCreation::default()
+            .with_resource_type(2)
+            .with_resource_name(s(name))
+            .with_resource_pattern_type(pattern)
+            .with_principal(s("User:alice"))
+            .with_host(s("*"))
+            .with_operation(op)
+            .with_permission_type(3)
+    };
+    let resp = h
+        .controller
+        .create_acls(CreateAclsRequest::default().with_creations(vec![
+            acl("orders-", 4, 2),
+            acl("orders-", 4, 2), // the same binding twice: one record
+            acl("t", 3, 3),
+            acl("t", 2, 3),                       // MATCH
+            acl("", 3, 3),                        // empty name
+            acl("t", 3, 1),                       // ANY operation
+            acl("t", 3, 3).with_resource_type(4), // a cluster not named kafka-cluster
+            acl("t", 3, 3).with_principal(s("alice")),
+        ]))
+        .await;
+    let codes: Vec<i16> = resp.results.iter().map(|r| r.error_code).collect();
+    assert_eq!(codes, vec![0, 0, 0, 42, 42, 42, 42, 42]);
+    let image = h.writer.image();
+    assert_eq!(image.acls.len(), 2);
+    assert!(image.acls.keys().all(|id| !id.is_nil()));
+    // Again: nothing new is written.
+    h.controller
+        .create_acls(CreateAclsRequest::default().with_creations(vec![acl("t", 3, 3)]))
+        .await;
+    assert_eq!(h.writer.image().acls.len(), 2);
+
+    let filter = |name: Option<&str>, pattern: i8| {
+        DeleteAclsFilter::default()
+            .with_resource_type_filter(1)
+            .with_resource_name_filter(name.map(s))
+            .with_pattern_type_filter(pattern)
+            .with_principal_filter(None)
+            .with_host_filter(None)
+            .with_operation(1)
+            .with_permission_type(1)
+    };
+    // MATCH on a literal name finds the prefixed ACL that applies to it and the literal one.
+    let resp = h
+        .controller
+        .delete_acls(DeleteAclsRequest::default().with_filters(vec![
+            filter(Some("orders-eu"), 2),
+            filter(None, 0), // UNKNOWN pattern
+        ]))
+        .await;
+    assert_eq!(resp.filter_results[0].error_code, 0);
+    assert_eq!(resp.filter_results[0].matching_acls.len(), 1);
+    assert_eq!(
+        resp.filter_results[0].matching_acls[0]
+            .resource_name
+            .as_str(),
+        "orders-"
+    );
+    assert_eq!(resp.filter_results[1].error_code, 42);
+    let image = h.writer.image();
+    assert_eq!(image.acls.len(), 1);
+    assert_eq!(
+        image.acls.values().next().map(|a| a.resource_name.as_str()),
+        Some("t")
+    );
+    // Deleting what matches nothing is fine and writes nothing.
+    let resp = h
+        .controller
+        .delete_acls(DeleteAclsRequest::default().with_filters(vec![filter(Some("zzz"), 3)]))
+        .await;
+    assert_eq!(resp.filter_results[0].error_code, 0);
+    assert!(resp.filter_results[0].matching_acls.is_empty());
+}

@@ -205,7 +205,69 @@ fn any_record() -> impl Strategy<Value = MetadataRecord> {
                 mechanism,
             })
         }),
+        (
+            uuid(),
+            any::<i8>(),
+            text(),
+            any::<i8>(),
+            text(),
+            text(),
+            any::<i8>(),
+            any::<i8>()
+        )
+            .prop_map(
+                |(
+                    id,
+                    resource_type,
+                    resource_name,
+                    pattern_type,
+                    principal,
+                    host,
+                    operation,
+                    permission_type,
+                )| {
+                    MetadataRecord::AccessControlEntry(AccessControlEntryRecord {
+                        id,
+                        resource_type,
+                        resource_name,
+                        pattern_type,
+                        principal,
+                        host,
+                        operation,
+                        permission_type,
+                    })
+                }
+            ),
+        uuid().prop_map(|id| MetadataRecord::RemoveAccessControlEntry(
+            RemoveAccessControlEntryRecord { id }
+        )),
     ]
+}
+
+/// An AccessControlEntryRecord's bytes, laid out by hand from Kafka's AccessControlEntryRecord.json (api key 18,
+/// v0, flexible): id, resource type, name, pattern type, principal, host, operation, permission, no tags.
+#[test]
+fn access_control_entry_record_layout() {
+    let id = uuid::Uuid::from_u128(1);
+    let r = MetadataRecord::AccessControlEntry(AccessControlEntryRecord {
+        id,
+        resource_type: 2,
+        resource_name: "t".into(),
+        pattern_type: 3,
+        principal: "U:a".into(),
+        host: "*".into(),
+        operation: 3,
+        permission_type: 3,
+    });
+    let mut want = vec![1, 18, 0];
+    want.extend_from_slice(id.as_bytes());
+    want.extend_from_slice(&[2, 2, b't', 3, 4, b'U', b':', b'a', 2, b'*', 3, 3, 0]);
+    assert_eq!(r.encode(), want);
+    let remove = MetadataRecord::RemoveAccessControlEntry(RemoveAccessControlEntryRecord { id });
+    let mut want = vec![1, 19, 0];
+    want.extend_from_slice(id.as_bytes());
+    want.push(0);
+    assert_eq!(remove.encode(), want);
 }
 
 /// A UserScramCredentialRecord's bytes, laid out by hand from Kafka's UserScramCredentialRecord.json (v0,
