@@ -266,6 +266,65 @@ def test_kafka_transactions_tool_lists_and_describes(broker, topic_name):
     wait_describe(broker, tid, "CompleteCommit")
 
 
+def test_transaction_version_2_java_beside_version_1_librdkafka(broker, topic_name):
+    """KIP-890 part 2: Java's kafka-clients 4.x speak transaction version 2 when the broker finalizes
+    `transaction.version` 2 in ApiVersions (as Kafka 4.x does and Annal does by default): no AddPartitionsToTxn, and
+    every EndTxn bumps the epoch, so after N transactions the id's epoch is about N. librdkafka stays at version 1
+    (explicit AddPartitionsToTxn, one epoch for all its transactions). Both write the same topic at once; a
+    read_committed consumer sees every committed record of both and none of the aborted ones."""
+    import threading
+    from test_dump_log_segments import kafka_classpath
+    create_topic(broker, topic_name, 2)
+    java_id, rd_id = txn_id("it-tv2-java"), txn_id("it-tv1-rd")
+    records = 4000
+
+    def java_producer():
+        # ProducerPerformance commits a transaction every 100 ms and the last one when it is done.
+        out = subprocess.run(
+            ["java", "-Xmx256m", "-cp", kafka_classpath(), "org.apache.kafka.tools.ProducerPerformance",
+             "--topic", topic_name, "--num-records", str(records), "--record-size", "64", "--throughput", "4000",
+             "--transactional-id", java_id, "--transaction-duration-ms", "100",
+             "--producer-props", f"bootstrap.servers={broker.bootstrap}", "acks=all", "linger.ms=5"],
+            capture_output=True, text=True, timeout=120)
+        java_result.append(out)
+
+    java_result = []
+    t = threading.Thread(target=java_producer)
+    t.start()
+    p = txn_producer(broker, rd_id)
+    p.init_transactions(TIMEOUT_S)
+    expected_rd = []
+    for n in range(7):  # aborts the 3rd and 6th, ends with a commit
+        p.begin_transaction()
+        for i in range(10):
+            p.produce(topic_name, value=f"rd-{n}-{i}", partition=i % 2)
+        if n % 3 == 2:
+            p.flush(TIMEOUT_S)
+            p.abort_transaction(TIMEOUT_S)
+        else:
+            p.commit_transaction(TIMEOUT_S)
+            expected_rd += [f"rd-{n}-{i}" for i in range(10)]
+        time.sleep(0.2)
+    t.join(150)
+    assert java_result and java_result[0].returncode == 0, java_result and java_result[0].stderr[-3000:]
+    java_row = wait_describe(broker, java_id, "CompleteCommit")
+    rd_row = wait_describe(broker, rd_id, "CompleteCommit")
+    # ProducerPerformance ran >= 1 s with a transaction every 100 ms: version 2 bumped the epoch at each.
+    assert int(java_row["ProducerEpoch"]) >= 5, java_row
+    assert int(rd_row["ProducerEpoch"]) == 0, f"librdkafka uses transaction version 1: {rd_row}"
+    c = read_committed(broker, topic_name, partitions=(0, 1))
+    try:
+        got = values_until_eof(c, partitions=2)
+    finally:
+        c.close()
+    rd_got = [v for v in got if v.startswith("rd-")]
+    assert sorted(rd_got) == sorted(expected_rd), rd_got
+    for part in (0, 1):
+        mine = [v for v in rd_got if int(v.rsplit("-", 1)[1]) % 2 == part]
+        assert mine == [v for v in expected_rd if int(v.rsplit("-", 1)[1]) % 2 == part], "in order per partition"
+    assert len(got) - len(rd_got) == records, f"{len(got) - len(rd_got)} Java records committed, not {records}"
+
+
 @pytest.mark.restart
 def test_coordinator_state_survives_kill9_and_restart(own_broker, topic_name):
     b = own_broker
