@@ -325,6 +325,57 @@ def test_transaction_version_2_java_beside_version_1_librdkafka(broker, topic_na
     assert len(got) - len(rd_got) == records, f"{len(got) - len(rd_got)} Java records committed, not {records}"
 
 
+GO_CLIENT_DIR = __import__("pathlib").Path(__file__).parent / "go" / "txnclient"
+
+
+@pytest.fixture(scope="session")
+def franz_go_client(tmp_path_factory):
+    """tests/interop/go/txnclient (franz-go's transactional producer), built once with `go build` (modules from the
+    Go proxy on first use)."""
+    import shutil
+    if shutil.which("go") is None:
+        pytest.skip("no Go toolchain: install Go to run the franz-go transactional tests")
+    out = tmp_path_factory.mktemp("go") / "txnclient"
+    build = subprocess.run(["go", "build", "-o", str(out), "."], cwd=GO_CLIENT_DIR, capture_output=True, text=True,
+                           timeout=300)
+    assert build.returncode == 0, f"go build failed:\n{build.stderr[-3000:]}"
+    return out
+
+
+def run_franz_go(binary, *args):
+    proc = subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"txnclient {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def test_franz_go_commit_and_abort_across_two_topics(broker, topic_name, franz_go_client):
+    a, b = topic_name + "-a", topic_name + "-b"
+    create_topic(broker, a, 1)
+    create_topic(broker, b, 1)
+    tid = txn_id("it-franz")
+    out = run_franz_go(franz_go_client, "commit-abort", broker.bootstrap, tid, a, b)
+    assert out.count("ok transaction") == 3, out
+    for topic in (a, b):
+        c = read_committed(broker, topic)
+        try:
+            got = values_until_eof(c)
+        finally:
+            c.close()
+        assert got == [f"c1-{i}" for i in range(5)] + ["c2-0"], f"{topic}: {got}"
+    wait_describe(broker, tid, "CompleteCommit")
+
+
+def test_franz_go_zombie_is_fenced(broker, topic_name, franz_go_client):
+    create_topic(broker, topic_name, 1)
+    out = run_franz_go(franz_go_client, "zombie", broker.bootstrap, txn_id("it-franz-z"), topic_name)
+    assert "fenced:" in out, out
+    c = read_committed(broker, topic_name)
+    try:
+        assert values_until_eof(c) == ["a-0", "b-0", "b-1"]
+    finally:
+        c.close()
+
+
 @pytest.mark.restart
 def test_coordinator_state_survives_kill9_and_restart(own_broker, topic_name):
     b = own_broker
