@@ -82,6 +82,7 @@ async fn produce_v12(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn txn_offset_commit_at(
     c: &mut Client,
     version: i16,
