@@ -484,6 +484,66 @@ def test_raw_bad_sequences_get_kafkas_error_codes(broker, topic_name):
         assert raw_end(s, tid, pid, epoch2, False) == 0
 
 
+def raw_end_v5(sock, tid, pid, epoch, commit):
+    """EndTxn v5 (transaction version 2): (error, producer id, producer epoch) to continue with."""
+    body = kwire.string(tid, True) + struct.pack(">qhb", pid, epoch, 1 if commit else 0) + kwire.TAGS_NONE
+    r = raw(sock, API_END_TXN, 5, body)
+    r.i32()
+    return r.i16(), r.i64(), r.i16()
+
+
+def raw_end_v5_settled(sock, tid, pid, epoch, commit):
+    """EndTxn v5, retried while the previous transaction's markers are written (CONCURRENT_TRANSACTIONS)."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        answer = raw_end_v5(sock, tid, pid, epoch, commit)
+        if answer[0] != 51 or time.monotonic() > deadline:
+            return answer
+        time.sleep(0.1)
+
+
+def produce_v12_settled(broker, tid, topic, pid, epoch, value):
+    """A Produce v12 (a version-2 client: the partition is added implicitly), retried on NOT_ENOUGH_REPLICAS."""
+    batch = kwire.producer_batch([value], pid, epoch, 0, base_timestamp=int(time.time() * 1000))
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        error = kwire.txn_produce(broker, tid, topic, 0, batch, version=12)[0]
+        if error != 19 or time.monotonic() > deadline:
+            return error
+        time.sleep(0.1)
+
+
+def test_raw_transaction_version_2_sequences_get_kafkas_answers(broker, topic_name):
+    """KIP-890 part 2 over raw protocol, the same answers as Kafka 4.1: Produce v12 adds the partition itself,
+    EndTxn v5 bumps the epoch and answers it, a lost-answer retry gets the current epoch, a stale epoch is
+    PRODUCER_FENCED (90) with -1/-1, and after a new producer fenced the id an implicit add at the old epoch is
+    INVALID_PRODUCER_EPOCH (47) on the produce."""
+    create_topic(broker, topic_name, 1)
+    tid = txn_id("it-raw-tv2")
+    with kwire.connect(broker) as s:
+        raw_find_txn_coordinator(s, tid)
+        error, pid, epoch = raw_init(s, tid)
+        assert error == 0
+        assert produce_v12_settled(broker, tid, topic_name, pid, epoch, b"one") == 0
+        assert raw_end_v5_settled(s, tid, pid, epoch, True) == (0, pid, epoch + 1)
+        assert raw_end_v5_settled(s, tid, pid, epoch, True) == (0, pid, epoch + 1), "a retry: the current epoch"
+        assert raw_end_v5_settled(s, tid, pid, epoch, False)[0] == 48, "the other outcome: INVALID_TXN_STATE"
+        assert produce_v12_settled(broker, tid, topic_name, pid, epoch + 1, b"two") == 0
+        assert raw_end_v5_settled(s, tid, pid, epoch + 1, True) == (0, pid, epoch + 2)
+        assert raw_end_v5_settled(s, tid, pid, epoch, True) == (90, -1, -1), "two behind: fenced"
+        # Aborting a transaction that added nothing is allowed at version 2 and bumps the epoch.
+        assert raw_end_v5_settled(s, tid, pid, epoch + 2, False) == (0, pid, epoch + 3)
+        error, pid2, epoch2 = raw_init(s, tid)
+        assert (error, pid2) == (0, pid) and epoch2 > epoch + 3
+        assert produce_v12_settled(broker, tid, topic_name, pid, epoch + 3, b"zombie") == 47
+        assert raw_end_v5_settled(s, tid, pid, epoch + 3, True) == (90, -1, -1)
+    consumer = read_committed(broker, topic_name)
+    try:
+        assert values_until_eof(consumer) == ["one", "two"]
+    finally:
+        consumer.close()
+
+
 def test_produce_to_a_partition_outside_the_transaction_is_refused(broker, topic_name):
     """KIP-890 part 1: a transactional batch for a partition never added to the transaction would open a
     transaction no marker closes (a hanging transaction, stalling read_committed readers); the partition leader
