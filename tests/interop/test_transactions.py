@@ -266,6 +266,116 @@ def test_kafka_transactions_tool_lists_and_describes(broker, topic_name):
     wait_describe(broker, tid, "CompleteCommit")
 
 
+def test_transaction_version_2_java_beside_version_1_librdkafka(broker, topic_name):
+    """KIP-890 part 2: Java's kafka-clients 4.x speak transaction version 2 when the broker finalizes
+    `transaction.version` 2 in ApiVersions (as Kafka 4.x does and Annal does by default): no AddPartitionsToTxn, and
+    every EndTxn bumps the epoch, so after N transactions the id's epoch is about N. librdkafka stays at version 1
+    (explicit AddPartitionsToTxn, one epoch for all its transactions). Both write the same topic at once; a
+    read_committed consumer sees every committed record of both and none of the aborted ones."""
+    import threading
+    from test_dump_log_segments import kafka_classpath
+    create_topic(broker, topic_name, 2)
+    java_id, rd_id = txn_id("it-tv2-java"), txn_id("it-tv1-rd")
+    records = 4000
+
+    def java_producer():
+        # ProducerPerformance commits a transaction every 100 ms and the last one when it is done.
+        out = subprocess.run(
+            ["java", "-Xmx256m", "-cp", kafka_classpath(), "org.apache.kafka.tools.ProducerPerformance",
+             "--topic", topic_name, "--num-records", str(records), "--record-size", "64", "--throughput", "4000",
+             "--transactional-id", java_id, "--transaction-duration-ms", "100",
+             "--producer-props", f"bootstrap.servers={broker.bootstrap}", "acks=all", "linger.ms=5"],
+            capture_output=True, text=True, timeout=120)
+        java_result.append(out)
+
+    java_result = []
+    t = threading.Thread(target=java_producer)
+    t.start()
+    p = txn_producer(broker, rd_id)
+    p.init_transactions(TIMEOUT_S)
+    expected_rd = []
+    for n in range(7):  # aborts the 3rd and 6th, ends with a commit
+        p.begin_transaction()
+        for i in range(10):
+            p.produce(topic_name, value=f"rd-{n}-{i}", partition=i % 2)
+        if n % 3 == 2:
+            p.flush(TIMEOUT_S)
+            p.abort_transaction(TIMEOUT_S)
+        else:
+            p.commit_transaction(TIMEOUT_S)
+            expected_rd += [f"rd-{n}-{i}" for i in range(10)]
+        time.sleep(0.2)
+    t.join(150)
+    assert java_result and java_result[0].returncode == 0, java_result and java_result[0].stderr[-3000:]
+    java_row = wait_describe(broker, java_id, "CompleteCommit")
+    rd_row = wait_describe(broker, rd_id, "CompleteCommit")
+    # ProducerPerformance ran >= 1 s with a transaction every 100 ms: version 2 bumped the epoch at each.
+    assert int(java_row["ProducerEpoch"]) >= 5, java_row
+    assert int(rd_row["ProducerEpoch"]) == 0, f"librdkafka uses transaction version 1: {rd_row}"
+    c = read_committed(broker, topic_name, partitions=(0, 1))
+    try:
+        got = values_until_eof(c, partitions=2)
+    finally:
+        c.close()
+    rd_got = [v for v in got if v.startswith("rd-")]
+    assert sorted(rd_got) == sorted(expected_rd), rd_got
+    for part in (0, 1):
+        mine = [v for v in rd_got if int(v.rsplit("-", 1)[1]) % 2 == part]
+        assert mine == [v for v in expected_rd if int(v.rsplit("-", 1)[1]) % 2 == part], "in order per partition"
+    assert len(got) - len(rd_got) == records, f"{len(got) - len(rd_got)} Java records committed, not {records}"
+
+
+GO_CLIENT_DIR = __import__("pathlib").Path(__file__).parent / "go" / "txnclient"
+
+
+@pytest.fixture(scope="session")
+def franz_go_client(tmp_path_factory):
+    """tests/interop/go/txnclient (franz-go's transactional producer), built once with `go build` (modules from the
+    Go proxy on first use)."""
+    import shutil
+    if shutil.which("go") is None:
+        pytest.skip("no Go toolchain: install Go to run the franz-go transactional tests")
+    out = tmp_path_factory.mktemp("go") / "txnclient"
+    build = subprocess.run(["go", "build", "-o", str(out), "."], cwd=GO_CLIENT_DIR, capture_output=True, text=True,
+                           timeout=300)
+    assert build.returncode == 0, f"go build failed:\n{build.stderr[-3000:]}"
+    return out
+
+
+def run_franz_go(binary, *args):
+    proc = subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"txnclient {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def test_franz_go_commit_and_abort_across_two_topics(broker, topic_name, franz_go_client):
+    a, b = topic_name + "-a", topic_name + "-b"
+    create_topic(broker, a, 1)
+    create_topic(broker, b, 1)
+    tid = txn_id("it-franz")
+    out = run_franz_go(franz_go_client, "commit-abort", broker.bootstrap, tid, a, b)
+    assert out.count("ok transaction") == 3, out
+    for topic in (a, b):
+        c = read_committed(broker, topic)
+        try:
+            got = values_until_eof(c)
+        finally:
+            c.close()
+        assert got == [f"c1-{i}" for i in range(5)] + ["c2-0"], f"{topic}: {got}"
+    wait_describe(broker, tid, "CompleteCommit")
+
+
+def test_franz_go_zombie_is_fenced(broker, topic_name, franz_go_client):
+    create_topic(broker, topic_name, 1)
+    out = run_franz_go(franz_go_client, "zombie", broker.bootstrap, txn_id("it-franz-z"), topic_name)
+    assert "fenced:" in out, out
+    c = read_committed(broker, topic_name)
+    try:
+        assert values_until_eof(c) == ["a-0", "b-0", "b-1"]
+    finally:
+        c.close()
+
+
 @pytest.mark.restart
 def test_coordinator_state_survives_kill9_and_restart(own_broker, topic_name):
     b = own_broker
@@ -372,6 +482,66 @@ def test_raw_bad_sequences_get_kafkas_error_codes(broker, topic_name):
         # The connection still serves; the current producer is unaffected.
         assert raw_add(s, tid, pid, epoch2, topic_name, 0) == [0]
         assert raw_end(s, tid, pid, epoch2, False) == 0
+
+
+def raw_end_v5(sock, tid, pid, epoch, commit):
+    """EndTxn v5 (transaction version 2): (error, producer id, producer epoch) to continue with."""
+    body = kwire.string(tid, True) + struct.pack(">qhb", pid, epoch, 1 if commit else 0) + kwire.TAGS_NONE
+    r = raw(sock, API_END_TXN, 5, body)
+    r.i32()
+    return r.i16(), r.i64(), r.i16()
+
+
+def raw_end_v5_settled(sock, tid, pid, epoch, commit):
+    """EndTxn v5, retried while the previous transaction's markers are written (CONCURRENT_TRANSACTIONS)."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        answer = raw_end_v5(sock, tid, pid, epoch, commit)
+        if answer[0] != 51 or time.monotonic() > deadline:
+            return answer
+        time.sleep(0.1)
+
+
+def produce_v12_settled(broker, tid, topic, pid, epoch, value):
+    """A Produce v12 (a version-2 client: the partition is added implicitly), retried on NOT_ENOUGH_REPLICAS."""
+    batch = kwire.producer_batch([value], pid, epoch, 0, base_timestamp=int(time.time() * 1000))
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        error = kwire.txn_produce(broker, tid, topic, 0, batch, version=12)[0]
+        if error != 19 or time.monotonic() > deadline:
+            return error
+        time.sleep(0.1)
+
+
+def test_raw_transaction_version_2_sequences_get_kafkas_answers(broker, topic_name):
+    """KIP-890 part 2 over raw protocol, the same answers as Kafka 4.1: Produce v12 adds the partition itself,
+    EndTxn v5 bumps the epoch and answers it, a lost-answer retry gets the current epoch, a stale epoch is
+    PRODUCER_FENCED (90) with -1/-1, and after a new producer fenced the id an implicit add at the old epoch is
+    INVALID_PRODUCER_EPOCH (47) on the produce."""
+    create_topic(broker, topic_name, 1)
+    tid = txn_id("it-raw-tv2")
+    with kwire.connect(broker) as s:
+        raw_find_txn_coordinator(s, tid)
+        error, pid, epoch = raw_init(s, tid)
+        assert error == 0
+        assert produce_v12_settled(broker, tid, topic_name, pid, epoch, b"one") == 0
+        assert raw_end_v5_settled(s, tid, pid, epoch, True) == (0, pid, epoch + 1)
+        assert raw_end_v5_settled(s, tid, pid, epoch, True) == (0, pid, epoch + 1), "a retry: the current epoch"
+        assert raw_end_v5_settled(s, tid, pid, epoch, False)[0] == 48, "the other outcome: INVALID_TXN_STATE"
+        assert produce_v12_settled(broker, tid, topic_name, pid, epoch + 1, b"two") == 0
+        assert raw_end_v5_settled(s, tid, pid, epoch + 1, True) == (0, pid, epoch + 2)
+        assert raw_end_v5_settled(s, tid, pid, epoch, True) == (90, -1, -1), "two behind: fenced"
+        # Aborting a transaction that added nothing is allowed at version 2 and bumps the epoch.
+        assert raw_end_v5_settled(s, tid, pid, epoch + 2, False) == (0, pid, epoch + 3)
+        error, pid2, epoch2 = raw_init(s, tid)
+        assert (error, pid2) == (0, pid) and epoch2 > epoch + 3
+        assert produce_v12_settled(broker, tid, topic_name, pid, epoch + 3, b"zombie") == 47
+        assert raw_end_v5_settled(s, tid, pid, epoch + 3, True) == (90, -1, -1)
+    consumer = read_committed(broker, topic_name)
+    try:
+        assert values_until_eof(consumer) == ["one", "two"]
+    finally:
+        consumer.close()
 
 
 def test_produce_to_a_partition_outside_the_transaction_is_refused(broker, topic_name):

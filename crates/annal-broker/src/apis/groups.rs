@@ -8,6 +8,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
 use crate::group::{ClientInfo, NodeInfo, TopicCatalog, TopicInfo, OFFSETS_TOPIC};
+use crate::txn::code;
 use crate::Broker;
 
 tokio::task_local! {
@@ -187,11 +188,45 @@ pub async fn offset_commit(
         .await
 }
 
+/// TxnOffsetCommit. v5 comes from a transaction-version-2 client, which sends no AddOffsetsToTxn: the group's
+/// `__consumer_offsets` partition is added to its transaction first (KIP-890 part 2, Kafka's `addPartition`
+/// verification), with the coordinator's transient errors as COORDINATOR_NOT_AVAILABLE (the client finds the
+/// coordinator again and retries) as Kafka's group coordinator normalises them.
 pub async fn txn_offset_commit(
     b: &Broker,
     h: &RequestHeader,
     r: TxnOffsetCommitRequest,
 ) -> TxnOffsetCommitResponse {
+    if h.request_api_version >= 5 && !r.topics.is_empty() {
+        if let Err(e) = b.groups.ensure_offsets_topic().await {
+            return crate::group::txn_commit_error(&r, e);
+        }
+        let partition = b.groups.partition_for(r.group_id.0.as_str()) as i32;
+        let partitions = [(crate::group::OFFSETS_TOPIC.to_string(), partition)];
+        let added = b
+            .txn()
+            .verify_for_append(
+                &r.transactional_id.0,
+                r.producer_id.0,
+                r.producer_epoch,
+                &partitions,
+                true,
+            )
+            .await;
+        let error = added.first().copied().unwrap_or(code::NONE);
+        if error != code::NONE {
+            let error = match error {
+                code::CONCURRENT_TRANSACTIONS
+                | code::COORDINATOR_LOAD_IN_PROGRESS
+                | code::NOT_COORDINATOR
+                | code::NOT_ENOUGH_REPLICAS
+                | code::REQUEST_TIMED_OUT => code::COORDINATOR_NOT_AVAILABLE,
+                code::PRODUCER_FENCED => code::INVALID_PRODUCER_EPOCH,
+                other => other,
+            };
+            return crate::group::txn_commit_error(&r, error);
+        }
+    }
     b.groups
         .txn_offset_commit(r, h.request_api_version, b.replica_manager.log_manager())
         .await

@@ -66,11 +66,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
-    // Transaction coordinator: exactly `txn::API_VERSIONS` (transaction version 1), TxnOffsetCommit included.
-    (ApiKey::AddPartitionsToTxn, 0, 4),
-    (ApiKey::AddOffsetsToTxn, 0, 3),
-    (ApiKey::EndTxn, 0, 4),
-    (ApiKey::TxnOffsetCommit, 0, 4),
+    // Transaction coordinator: exactly `txn::API_VERSIONS` (transaction versions 1 and 2), TxnOffsetCommit included.
+    (ApiKey::AddPartitionsToTxn, 0, 5),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 5),
+    (ApiKey::TxnOffsetCommit, 0, 5),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
     // Security: the exchange runs before dispatch (server::sasl_frame); see apis::sasl.

@@ -84,10 +84,18 @@ pub async fn handle(
     // Transactional batches are appended like any idempotent producer's (the engine checks epoch and sequence, and
     // an epoch older than a marker's is INVALID_PRODUCER_EPOCH), once the coordinator has confirmed that each
     // partition a transaction starts in was added to it (KIP-890 part 1).
+    // Produce v12 means a transaction-version-2 client (Kafka's clients send at most v11 at version 1): it sends
+    // no AddPartitionsToTxn, so the partition is added here, whatever the verification setting (KIP-890 part 2).
     if let Some(transactional_id) = &req.transactional_id {
-        if broker.config.transactions.partition_verification {
-            super::produce_verification::verify(broker, transactional_id.0.as_str(), &mut items)
-                .await;
+        let implicit_add = version >= 12;
+        if implicit_add || broker.config.transactions.partition_verification {
+            super::produce_verification::verify(
+                broker,
+                transactional_id.0.as_str(),
+                &mut items,
+                implicit_add,
+            )
+            .await;
         }
     }
     let outcomes: Vec<Outcome> = {

@@ -18,11 +18,14 @@ type ProducerKey = (i64, i16);
 /// An entry to verify: its index in the request's items, its topic and partition.
 type PendingEntry = (usize, String, i32);
 
-/// Verifies each entry of `items` that starts a transaction on its partition; refuses those that fail.
+/// Verifies each entry of `items` that starts a transaction on its partition; refuses those that fail. With
+/// `add` (Produce v12: the client speaks transaction version 2 and sends no AddPartitionsToTxn) the coordinator
+/// adds the partitions to the transaction instead of checking them (KIP-890 part 2).
 pub async fn verify(
     broker: &Arc<Broker>,
     transactional_id: &str,
     items: &mut [Result<AppendEntry, Refusal>],
+    add: bool,
 ) {
     // The entries to verify per producer; a request normally carries one producer.
     let mut to_verify: Vec<(ProducerKey, Vec<PendingEntry>)> = Vec::new();
@@ -62,7 +65,13 @@ pub async fn verify(
             targets.iter().map(|(_, t, p)| (t.clone(), *p)).collect();
         let codes = broker
             .txn()
-            .verify_for_append(transactional_id, producer_id, producer_epoch, &partitions)
+            .verify_for_append(
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                &partitions,
+                add,
+            )
             .await;
         for ((index, topic, partition), error) in targets.into_iter().zip(codes) {
             if error == code::NONE {
@@ -87,13 +96,15 @@ pub async fn verify(
 }
 
 /// The error a producer gets for a failed verification: Kafka answers the coordinator's transient errors with
-/// NOT_ENOUGH_REPLICAS, which every producer retries, and passes the others (INVALID_TXN_STATE, fencing) through.
-fn produce_error(error: i16) -> i16 {
+/// NOT_ENOUGH_REPLICAS, which every producer retries, PRODUCER_FENCED with INVALID_PRODUCER_EPOCH (what producers
+/// expect from a produce, as Kafka's `AddPartitionsToTxnManager` maps it), and passes the others through.
+pub(crate) fn produce_error(error: i16) -> i16 {
     match error {
         code::CONCURRENT_TRANSACTIONS
         | code::COORDINATOR_LOAD_IN_PROGRESS
         | code::COORDINATOR_NOT_AVAILABLE
         | code::NOT_COORDINATOR => code::NOT_ENOUGH_REPLICAS,
+        code::PRODUCER_FENCED => code::INVALID_PRODUCER_EPOCH,
         other => other,
     }
 }

@@ -25,8 +25,8 @@ pub(crate) fn fenced_for(version: i16, first_with_fenced: i16, error: i16) -> i1
     }
 }
 
-/// AddPartitionsToTxn: v0-3 carry one transaction from its producer; v4+ a batch, each possibly verifyOnly
-/// (KIP-890 part 1, from partition leaders).
+/// AddPartitionsToTxn: v0-3 carry one transaction from its producer; v4+ a batch from partition leaders, each
+/// verifyOnly (KIP-890 part 1) or, at v5, the implicit add of a transaction-version-2 client (KIP-890 part 2).
 pub async fn add_partitions_to_txn(
     b: &Arc<Broker>,
     h: &RequestHeader,
@@ -39,6 +39,7 @@ pub async fn add_partitions_to_txn(
             r.v3_and_below_producer_id.0,
             r.v3_and_below_producer_epoch,
             false,
+            0,
             &r.v3_and_below_topics,
         )
         .await;
@@ -51,6 +52,8 @@ pub async fn add_partitions_to_txn(
         }
         return AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results);
     }
+    // Kafka's `TransactionVersion.transactionVersionForAddPartitionsToTxn`: v5+ adds for a version-2 client.
+    let client_version = if h.request_api_version >= 5 { 2 } else { 0 };
     let mut resp = AddPartitionsToTxnResponse::default();
     for t in r.transactions {
         let results = add_one(
@@ -59,6 +62,7 @@ pub async fn add_partitions_to_txn(
             t.producer_id.0,
             t.producer_epoch,
             t.verify_only,
+            client_version,
             &t.topics,
         )
         .await;
@@ -79,6 +83,7 @@ async fn add_one(
     producer_id: i64,
     producer_epoch: i16,
     verify_only: bool,
+    client_version: i16,
     topics: &[AddPartitionsToTxnTopic],
 ) -> Vec<AddPartitionsToTxnTopicResult> {
     let partitions: Vec<(String, i32)> = topics
@@ -113,7 +118,13 @@ async fn add_one(
     } else {
         let e = b
             .txn
-            .add_partitions(transactional_id, producer_id, producer_epoch, &partitions)
+            .add_partitions(
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                &partitions,
+                client_version,
+            )
             .await
             .err()
             .unwrap_or(code::NONE);
@@ -154,6 +165,7 @@ pub async fn add_offsets_to_txn(
             r.producer_id.0,
             r.producer_epoch,
             &partitions,
+            0,
         )
         .await
         .err()
@@ -161,23 +173,28 @@ pub async fn add_offsets_to_txn(
     AddOffsetsToTxnResponse::default().with_error_code(fenced_for(h.request_api_version, 2, error))
 }
 
+/// EndTxn: v5 is transaction version 2 (KIP-890 part 2): the coordinator bumps the epoch and answers the producer
+/// id and epoch to continue with; Kafka answers -1/-1 with an error, and v0-4 ignore the fields.
 pub async fn end_txn(b: &Arc<Broker>, h: &RequestHeader, r: EndTxnRequest) -> EndTxnResponse {
-    let error = b
+    let tv2 = h.request_api_version >= 5;
+    let (error, (producer_id, producer_epoch)) = match b
         .txn
         .end_txn(
             &r.transactional_id.0,
             r.producer_id.0,
             r.producer_epoch,
             r.committed,
+            tv2,
         )
         .await
-        .err()
-        .unwrap_or(code::NONE);
-    // v5's producer id and epoch are transaction version 2's; at version 1 they stay as they were.
+    {
+        Ok(continues_with) => (code::NONE, continues_with),
+        Err(e) => (e, (-1, -1)),
+    };
     EndTxnResponse::default()
         .with_error_code(fenced_for(h.request_api_version, 2, error))
-        .with_producer_id(r.producer_id)
-        .with_producer_epoch(r.producer_epoch)
+        .with_producer_id(ProducerId(producer_id))
+        .with_producer_epoch(producer_epoch)
 }
 
 pub async fn describe_transactions(

@@ -242,6 +242,9 @@ pub const BROKER_SETTINGS: &[Setting] = &[
     ),
     setting("transaction.state.log.segment.bytes", int(1), "104857600"),
     setting("transaction.max.timeout.ms", int(1), "900000"),
+    // The `transaction.version` feature level ApiVersions finalizes (Kafka sets it with kafka-features / at format):
+    // 2 = KIP-890 part 2 (Kafka 4.x's default), which Java clients 4.x then use; 0 or 1 keeps them at version 1.
+    setting("transaction.version", Kind::Int { min: 0, max: 2 }, "2"),
     // KIP-890 part 1: partition leaders check with the coordinator before a producer's first transactional batch.
     setting(
         "transaction.partition.verification.enable",
@@ -706,6 +709,7 @@ impl BrokerConfig {
                 max_timeout_ms: num("transaction.max.timeout.ms").clamp(1, i32::MAX as i64) as i32,
                 partition_verification: get("transaction.partition.verification.enable").as_deref()
                     == Some("true"),
+                transaction_version: num("transaction.version").clamp(0, 2) as i16,
                 id_expiration_ms: num("transactional.id.expiration.ms"),
                 abort_timed_out_interval_ms: num(
                     "transaction.abort.timed.out.transaction.cleanup.interval.ms",

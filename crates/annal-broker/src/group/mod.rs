@@ -1100,7 +1100,10 @@ async fn timer_task(shared: Weak<Shared>) {
 }
 
 /// `error` for every partition of a TxnOffsetCommit.
-fn txn_commit_error(req: &TxnOffsetCommitRequest, error: i16) -> TxnOffsetCommitResponse {
+pub(crate) fn txn_commit_error(
+    req: &TxnOffsetCommitRequest,
+    error: i16,
+) -> TxnOffsetCommitResponse {
     use txn_offset_commit_response::{
         TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
     };

@@ -14,8 +14,9 @@
 //! ([`markers`]) and writes CompleteCommit/CompleteAbort once all have the marker. A coordinator that takes over a
 //! partition re-sends the markers of every transaction it finds prepared.
 //!
-//! Transaction version 1 only (Kafka 3.x behaviour): no epoch bump per EndTxn, partitions are added explicitly.
-//! See docs/decisions/0012-transaction-coordinator.md.
+//! Transaction versions 1 and 2 (KIP-890 part 2), chosen per request by its version as Kafka does: at version 2
+//! every EndTxn (v5) bumps the producer epoch, and partition leaders add partitions for the client (Produce v12,
+//! TxnOffsetCommit v5, AddPartitionsToTxn v5 without verifyOnly). See docs/decisions/0012-transaction-coordinator.md.
 
 mod log;
 pub mod markers;
@@ -83,6 +84,10 @@ pub struct TxnConfig {
     /// `transaction.partition.verification.enable` (true): a partition leader verifies with the coordinator that
     /// a producer's first transactional batch there belongs to its ongoing transaction (KIP-890 part 1).
     pub partition_verification: bool,
+    /// The `transaction.version` feature level finalized in ApiVersions (2): at 2, Java clients 4.x use KIP-890
+    /// part 2 (no AddPartitionsToTxn, EndTxn v5 bumping the epoch). The coordinator serves both versions
+    /// whatever the level: each request's version says which its client speaks, as in Kafka.
+    pub transaction_version: i16,
     /// `transactional.id.expiration.ms` (604800000): an id idle this long in a finished state is removed.
     pub id_expiration_ms: i64,
     /// `transaction.abort.timed.out.transaction.cleanup.interval.ms` (10000).
@@ -98,6 +103,7 @@ impl Default for TxnConfig {
         TxnConfig {
             num_partitions: 50,
             partition_verification: true,
+            transaction_version: 2,
             replication_factor: 3,
             min_isr: 2,
             segment_bytes: 100 * 1024 * 1024,
@@ -199,13 +205,13 @@ impl Drop for TxnCoordinator {
     }
 }
 
-/// The APIs the coordinator serves and the versions it implements: transaction version 1, as Kafka 3.x
-/// advertises them (the versions that only mean something at transaction version 2 are left out).
+/// The APIs the coordinator serves and the versions it implements, as Kafka 4.x advertises them: the last
+/// version of AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit is transaction version 2's.
 pub const API_VERSIONS: &[(i16, i16, i16)] = &[
-    (24, 0, 4), // AddPartitionsToTxn (v4+: batched, verifyOnly, KIP-890 part 1)
-    (25, 0, 3), // AddOffsetsToTxn
-    (26, 0, 4), // EndTxn
-    (28, 0, 4), // TxnOffsetCommit (the group coordinator's side)
+    (24, 0, 5), // AddPartitionsToTxn (v4+: batched, verifyOnly, KIP-890 part 1; v5: implicit add, part 2)
+    (25, 0, 4), // AddOffsetsToTxn (v4: a version-2 client; the same request)
+    (26, 0, 5), // EndTxn (v5: epoch bump, the producer id and epoch in the answer)
+    (28, 0, 5), // TxnOffsetCommit (the group coordinator's side; v5 adds the offsets partition implicitly)
     (65, 0, 0), // DescribeTransactions
     (66, 0, 1), // ListTransactions
 ];

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::markers::Marker;
-use super::state::{TxnMetadata, TxnState, NO_PRODUCER_EPOCH};
+use super::state::{TxnMetadata, TxnState, NO_PRODUCER_EPOCH, NO_PRODUCER_ID};
 use super::{code, log, Shared, TxnCoordinator};
 
 /// DescribeTransactions' view of one id.
@@ -179,13 +179,16 @@ impl TxnCoordinator {
     }
 
     /// AddPartitionsToTxn (and AddOffsetsToTxn's `__consumer_offsets` partition): the transaction becomes
-    /// Ongoing with these partitions.
+    /// Ongoing with these partitions. `client_version` is the transaction version of the request: 2 for the
+    /// implicit add a partition leader or group coordinator makes for a transaction-version-2 client
+    /// (AddPartitionsToTxn v5 without verifyOnly), else 0.
     pub async fn add_partitions(
         &self,
         transactional_id: &str,
         producer_id: i64,
         producer_epoch: i16,
         partitions: &[(String, i32)],
+        client_version: i16,
     ) -> Result<(), i16> {
         if transactional_id.is_empty() {
             return Err(code::INVALID_REQUEST);
@@ -214,7 +217,9 @@ impl TxnCoordinator {
             if m.state != TxnState::Ongoing {
                 next.start_ms = now;
                 next.partitions.clear();
+                next.client_version = client_version;
             }
+            next.client_version = next.client_version.max(client_version);
             next.state = TxnState::Ongoing;
             next.partitions.extend(partitions.iter().cloned());
             next.last_update_ms = now;
@@ -261,50 +266,72 @@ impl TxnCoordinator {
 
     /// EndTxn: writes PrepareCommit or PrepareAbort and answers; the markers and the Complete record follow in
     /// the background. A retried EndTxn of a finished transaction succeeds; the opposite outcome is
-    /// INVALID_TXN_STATE.
+    /// INVALID_TXN_STATE. `tv2` is transaction version 2 (EndTxn v5, KIP-890 part 2): the epoch is bumped by
+    /// every EndTxn and the answer is the producer id and epoch the producer continues with.
     pub async fn end_txn(
         &self,
         transactional_id: &str,
         producer_id: i64,
         producer_epoch: i16,
         commit: bool,
-    ) -> Result<(), i16> {
+        tv2: bool,
+    ) -> Result<(i64, i16), i16> {
         if transactional_id.is_empty() {
             return Err(code::INVALID_REQUEST);
         }
         let (partition, leader_epoch) = self.ready(transactional_id).await?;
         let shared = &self.shared;
+        // An exhausted epoch at transaction version 2 hands over to a fresh producer id: allocate it first.
+        let needs_id = tv2 && {
+            let state = shared.state.lock();
+            state.txns.get(transactional_id).is_some_and(|m| {
+                m.producer_id == producer_id
+                    && m.producer_epoch == producer_epoch
+                    && m.epoch_exhausted()
+            })
+        };
+        let fresh_id = if needs_id {
+            Some(shared.ids.next_producer_id().await.map_err(|e| {
+                tracing::warn!(error = %format!("{e:#}"), "cannot get a producer id block from the controller");
+                code::COORDINATOR_NOT_AVAILABLE
+            })?)
+        } else {
+            None
+        };
         let now = crate::now_ms();
         let next = {
             let mut state = shared.state.lock();
+            if !state.still_active(partition, leader_epoch) {
+                return Err(code::NOT_COORDINATOR);
+            }
             let m = state
                 .txns
                 .get_mut(transactional_id)
                 .ok_or(code::INVALID_PRODUCER_ID_MAPPING)?;
-            if m.pending == Some(TxnState::PrepareEpochFence) {
-                return Err(code::PRODUCER_FENCED);
-            }
-            check_producer(m, producer_id, producer_epoch)?;
-            use TxnState::*;
-            match (m.state, commit) {
-                (Ongoing, _) => {}
-                (CompleteCommit, true) | (CompleteAbort, false) => return Ok(()),
-                (PrepareCommit, true) | (PrepareAbort, false) => {
-                    return Err(code::CONCURRENT_TRANSACTIONS)
+            let next = if tv2 {
+                match end_tv2(m, producer_id, producer_epoch, commit, fresh_id, now)? {
+                    EndTv2::Retried => return Ok((m.producer_id, m.producer_epoch)),
+                    EndTv2::Prepare(next) => next,
                 }
-                (PrepareEpochFence, _) => return Err(code::CONCURRENT_TRANSACTIONS),
-                _ => return Err(code::INVALID_TXN_STATE),
-            }
-            let mut next = m.clone();
-            next.state = if commit { PrepareCommit } else { PrepareAbort };
-            next.last_update_ms = now;
+            } else {
+                match end_tv1(m, producer_id, producer_epoch, commit, now)? {
+                    None => return Ok((m.producer_id, m.producer_epoch)),
+                    Some(next) => next,
+                }
+            };
             m.pending = Some(next.state);
             next
         };
         let written = log::write(shared, partition, leader_epoch, &next).await;
         install(shared, &next, written)?;
+        // The producer continues with the bumped epoch, or epoch 0 of the next producer id (epoch exhausted).
+        let continues_with = if next.next_producer_id != NO_PRODUCER_ID {
+            (next.next_producer_id, 0)
+        } else {
+            (next.producer_id, next.producer_epoch)
+        };
         complete_in_background(shared, partition, leader_epoch, next);
-        Ok(())
+        Ok(continues_with)
     }
 
     /// DescribeTransactions: TRANSACTIONAL_ID_NOT_FOUND for ids this coordinator does not know.
@@ -371,6 +398,102 @@ impl TxnCoordinator {
             .collect();
         (listed, unknown)
     }
+}
+
+/// Transaction version 1's EndTxn (Kafka's `endTransactionWithTV1`): the producer's epoch must be the current one
+/// and is not bumped. `None`: a retry of an EndTxn that already took effect.
+fn end_tv1(
+    m: &TxnMetadata,
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+    now: i64,
+) -> Result<Option<TxnMetadata>, i16> {
+    use TxnState::*;
+    if m.pending == Some(PrepareEpochFence) {
+        return Err(code::PRODUCER_FENCED);
+    }
+    check_producer(m, producer_id, producer_epoch)?;
+    match (m.state, commit) {
+        (Ongoing, _) => {}
+        (CompleteCommit, true) | (CompleteAbort, false) => return Ok(None),
+        (PrepareCommit, true) | (PrepareAbort, false) => return Err(code::CONCURRENT_TRANSACTIONS),
+        (PrepareEpochFence, _) => return Err(code::CONCURRENT_TRANSACTIONS),
+        _ => return Err(code::INVALID_TXN_STATE),
+    }
+    let mut next = m.clone();
+    next.state = if commit { PrepareCommit } else { PrepareAbort };
+    next.last_update_ms = now;
+    Ok(Some(next))
+}
+
+/// What a transaction-version-2 EndTxn leads to.
+enum EndTv2 {
+    /// A retry of an EndTxn that already took effect: answer the current producer id and epoch.
+    Retried,
+    Prepare(TxnMetadata),
+}
+
+/// Transaction version 2's EndTxn (Kafka's `endTransaction` at TV2): every EndTxn bumps the epoch, so a retry is
+/// recognised by the epoch one below the current one (or, after an exhausted epoch handed over to a new producer
+/// id, by the previous id at the last epoch), and an abort of a transaction that added nothing is allowed (the
+/// client cannot know whether its produce requests added a partition).
+fn end_tv2(
+    m: &TxnMetadata,
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+    fresh_id: Option<i64>,
+    now: i64,
+) -> Result<EndTv2, i16> {
+    use TxnState::*;
+    if m.pending == Some(PrepareEpochFence) {
+        return Err(code::PRODUCER_FENCED);
+    }
+    let retry_on_overflow = m.previous_producer_id == producer_id
+        && producer_epoch == i16::MAX - 1
+        && m.producer_epoch == 0;
+    let retry_on_bump = producer_epoch < i16::MAX && m.producer_epoch == producer_epoch + 1;
+    let current = m.producer_epoch == producer_epoch;
+    let valid_epoch = match m.state {
+        Ongoing | Empty | Dead | PrepareEpochFence => current,
+        PrepareCommit | PrepareAbort => retry_on_bump,
+        CompleteCommit | CompleteAbort => retry_on_bump || retry_on_overflow || current,
+    };
+    if m.producer_id != producer_id && !retry_on_overflow {
+        return Err(code::INVALID_PRODUCER_ID_MAPPING);
+    }
+    if !valid_epoch {
+        return Err(code::PRODUCER_FENCED);
+    }
+    if m.pending.is_some() {
+        return Err(code::CONCURRENT_TRANSACTIONS);
+    }
+    let retry = retry_on_bump || retry_on_overflow;
+    let abort_empty = match (m.state, commit) {
+        (Ongoing, _) => false,
+        (CompleteCommit, true) | (CompleteAbort, false) if retry => return Ok(EndTv2::Retried),
+        (Empty | CompleteCommit | CompleteAbort, false) if !retry => true,
+        (PrepareCommit, true) | (PrepareAbort, false) => return Err(code::CONCURRENT_TRANSACTIONS),
+        _ => return Err(code::INVALID_TXN_STATE),
+    };
+    let mut next = m.clone();
+    if abort_empty {
+        next.partitions.clear();
+        next.start_ms = now;
+    }
+    next.client_version = 2;
+    next.state = if commit { PrepareCommit } else { PrepareAbort };
+    next.last_update_ms = now;
+    // The bump: markers carry the new epoch, which fences this producer's late batches of the transaction just
+    // ended, and the producer continues with it. An exhausted epoch takes its last bump and hands over to a
+    // fresh producer id when the transaction completes.
+    next.last_producer_epoch = m.producer_epoch;
+    next.producer_epoch = m.producer_epoch.saturating_add(1);
+    if m.epoch_exhausted() {
+        next.next_producer_id = fresh_id.ok_or(code::CONCURRENT_TRANSACTIONS)?;
+    }
+    Ok(EndTv2::Prepare(next))
 }
 
 /// The abort Kafka's `prepareFenceProducerEpoch` leads to: the epoch bumped (unless exhausted: the reserve bump
@@ -461,6 +584,14 @@ pub(super) fn complete_in_background(
             };
             next.partitions.clear();
             next.last_update_ms = crate::now_ms();
+            if next.next_producer_id != NO_PRODUCER_ID {
+                // Transaction version 2 with an exhausted epoch: the producer continues as the new id.
+                next.previous_producer_id = next.producer_id;
+                next.producer_id = next.next_producer_id;
+                next.next_producer_id = NO_PRODUCER_ID;
+                next.producer_epoch = 0;
+                next.last_producer_epoch = NO_PRODUCER_EPOCH;
+            }
             m.pending = Some(next.state);
             next
         };
@@ -474,4 +605,95 @@ pub(super) fn complete_in_background(
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(state: TxnState, epoch: i16) -> TxnMetadata {
+        let mut m = TxnMetadata::new("t", 7, 60_000, 0);
+        m.state = state;
+        m.producer_epoch = epoch;
+        m.client_version = 2;
+        m
+    }
+
+    fn outcome(m: &TxnMetadata, pid: i64, epoch: i16, commit: bool) -> Result<Option<i16>, i16> {
+        end_tv2(m, pid, epoch, commit, Some(99), 1).map(|r| match r {
+            EndTv2::Retried => None,
+            EndTv2::Prepare(next) => Some(next.producer_epoch),
+        })
+    }
+
+    /// Kafka's table for Empty / CompleteAbort / CompleteCommit at transaction version 2 (PF = PRODUCER_FENCED,
+    /// ITS = INVALID_TXN_STATE, NONE = retry answered, EB = epoch bump); Retry is the epoch one below.
+    #[test]
+    fn transaction_version_2_end_txn_follows_kafkas_table() {
+        use TxnState::*;
+        const PF: i16 = code::PRODUCER_FENCED;
+        const ITS: i16 = code::INVALID_TXN_STATE;
+        let eb = Ok(Some(6));
+        let cases = [
+            // state, commit, retry?, expected
+            (Empty, false, true, Err(PF)),
+            (Empty, false, false, eb),
+            (Empty, true, true, Err(PF)),
+            (Empty, true, false, Err(ITS)),
+            (CompleteAbort, false, true, Ok(None)),
+            (CompleteAbort, false, false, eb),
+            (CompleteAbort, true, true, Err(ITS)),
+            (CompleteAbort, true, false, Err(ITS)),
+            (CompleteCommit, false, true, Err(ITS)),
+            (CompleteCommit, false, false, eb),
+            (CompleteCommit, true, true, Ok(None)),
+            (CompleteCommit, true, false, Err(ITS)),
+        ];
+        for (state, commit, retry, expected) in cases {
+            let m = at(state, 5);
+            let epoch = if retry { 4 } else { 5 };
+            assert_eq!(
+                outcome(&m, 7, epoch, commit),
+                expected,
+                "{state:?} commit={commit} retry={retry}"
+            );
+        }
+        // Ongoing bumps either way; a Prepare state answers its retry with CONCURRENT_TRANSACTIONS.
+        assert_eq!(outcome(&at(Ongoing, 5), 7, 5, true), Ok(Some(6)));
+        assert_eq!(outcome(&at(Ongoing, 5), 7, 4, true), Err(PF));
+        assert_eq!(
+            outcome(&at(PrepareCommit, 6), 7, 5, true),
+            Err(code::CONCURRENT_TRANSACTIONS)
+        );
+        assert_eq!(outcome(&at(PrepareCommit, 6), 7, 6, true), Err(PF));
+        assert_eq!(
+            outcome(&at(Ongoing, 5), 8, 5, true),
+            Err(code::INVALID_PRODUCER_ID_MAPPING)
+        );
+    }
+
+    #[test]
+    fn an_exhausted_epoch_hands_over_to_a_new_producer_id() {
+        let m = at(TxnState::Ongoing, i16::MAX - 1);
+        let Ok(EndTv2::Prepare(next)) = end_tv2(&m, 7, i16::MAX - 1, true, Some(99), 1) else {
+            panic!("the commit is prepared");
+        };
+        assert_eq!(
+            (next.producer_id, next.producer_epoch, next.next_producer_id),
+            (7, i16::MAX, 99),
+            "the markers carry the last epoch; the next id waits for the Complete record"
+        );
+        assert!(matches!(
+            end_tv2(&m, 7, i16::MAX - 1, true, None, 1),
+            Err(code::CONCURRENT_TRANSACTIONS)
+        ));
+        // After the hand-over (id 99, epoch 0, previous 7) the retry at the old id is recognised.
+        let mut done = at(TxnState::CompleteCommit, 0);
+        done.producer_id = 99;
+        done.previous_producer_id = 7;
+        assert!(matches!(
+            end_tv2(&done, 7, i16::MAX - 1, true, None, 1),
+            Ok(EndTv2::Retried)
+        ));
+    }
 }

@@ -2,8 +2,9 @@
 //! v0/v1 from Kafka's `transaction-coordinator` module), so Kafka's tools (`kafka-dump-log
 //! --transaction-log-decoder`) read our files and a Kafka broker could read our log.
 //!
-//! We write the non-flexible version 0 of the value (what Kafka writes at transaction version 1) and read both
-//! version 0 and the flexible version 1 (compact strings and arrays, tagged fields). Decoding never panics: every
+//! We write the non-flexible version 0 of the value for a transaction-version-1 transaction and the flexible
+//! version 1 (compact strings and arrays; previous/next producer id and the client's transaction version as
+//! tagged fields) for a transaction-version-2 one, as Kafka does, and read both. Decoding never panics: every
 //! length is checked against the bytes left, and counts are bounded by those bytes before anything is allocated.
 
 use std::collections::BTreeSet;
@@ -12,8 +13,10 @@ use super::state::TxnState;
 
 /// `TransactionLogKey` version (Kafka has only 0).
 const KEY_VERSION: i16 = 0;
-/// `TransactionLogValue` version we write: 0, non-flexible (Kafka writes 1 only at transaction version 2).
-const VALUE_VERSION_WRITTEN: i16 = 0;
+/// `TransactionLogValue` version written for a transaction-version-1 transaction (non-flexible).
+const VALUE_VERSION_TV1: i16 = 0;
+/// The version written once the client speaks transaction version 2 (flexible, with tagged fields).
+const VALUE_VERSION_TV2: i16 = 1;
 /// The newest value version we read.
 const VALUE_VERSION_MAX: i16 = 1;
 
@@ -55,10 +58,13 @@ pub fn parse_key(bytes: &[u8]) -> Option<String> {
     Some(id)
 }
 
-/// `value` as a version-0 `TransactionLogValue`.
+/// `value` as a `TransactionLogValue`: version 1 when the client speaks transaction version 2, else version 0.
 pub fn value(v: &TxnLogValue) -> Vec<u8> {
+    if v.client_transaction_version >= 2 {
+        return value_v1(v);
+    }
     let mut out = Vec::with_capacity(64);
-    out.extend_from_slice(&VALUE_VERSION_WRITTEN.to_be_bytes());
+    out.extend_from_slice(&VALUE_VERSION_TV1.to_be_bytes());
     out.extend_from_slice(&v.producer_id.to_be_bytes());
     out.extend_from_slice(&v.producer_epoch.to_be_bytes());
     out.extend_from_slice(&v.timeout_ms.to_be_bytes());
@@ -79,6 +85,65 @@ pub fn value(v: &TxnLogValue) -> Vec<u8> {
     out.extend_from_slice(&v.last_update_ms.to_be_bytes());
     out.extend_from_slice(&v.start_ms.to_be_bytes());
     out
+}
+
+/// The flexible version 1: compact arrays and strings, the producer-id hand-over and the client's transaction
+/// version as tagged fields (written only when not their defaults, as Kafka's generated code does).
+fn value_v1(v: &TxnLogValue) -> Vec<u8> {
+    let mut out = Vec::with_capacity(80);
+    out.extend_from_slice(&VALUE_VERSION_TV2.to_be_bytes());
+    out.extend_from_slice(&v.producer_id.to_be_bytes());
+    out.extend_from_slice(&v.producer_epoch.to_be_bytes());
+    out.extend_from_slice(&v.timeout_ms.to_be_bytes());
+    out.push(v.state.id() as u8);
+    if v.state == TxnState::Empty {
+        put_uvarint(&mut out, 0); // null
+    } else {
+        let topics = group_by_topic(&v.partitions);
+        put_uvarint(&mut out, topics.len() as u32 + 1);
+        for (topic, ids) in topics {
+            put_compact_string(&mut out, topic);
+            put_uvarint(&mut out, ids.len() as u32 + 1);
+            for id in ids {
+                out.extend_from_slice(&id.to_be_bytes());
+            }
+            put_uvarint(&mut out, 0); // the topic's tagged fields
+        }
+    }
+    out.extend_from_slice(&v.last_update_ms.to_be_bytes());
+    out.extend_from_slice(&v.start_ms.to_be_bytes());
+    let mut tagged: Vec<(u32, Vec<u8>)> = Vec::new();
+    if v.previous_producer_id != -1 {
+        tagged.push((0, v.previous_producer_id.to_be_bytes().to_vec()));
+    }
+    if v.next_producer_id != -1 {
+        tagged.push((1, v.next_producer_id.to_be_bytes().to_vec()));
+    }
+    if v.client_transaction_version != 0 {
+        tagged.push((2, v.client_transaction_version.to_be_bytes().to_vec()));
+    }
+    put_uvarint(&mut out, tagged.len() as u32);
+    for (tag, data) in tagged {
+        put_uvarint(&mut out, tag);
+        put_uvarint(&mut out, data.len() as u32);
+        out.extend_from_slice(&data);
+    }
+    out
+}
+
+fn put_uvarint(out: &mut Vec<u8>, mut n: u32) {
+    while n >= 0x80 {
+        out.push((n as u8 & 0x7f) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+fn put_compact_string(out: &mut Vec<u8>, s: &str) {
+    // Topic names are at most 249 bytes; bounded like `put_string` anyway.
+    let len = s.len().min(i16::MAX as usize);
+    put_uvarint(out, len as u32 + 1);
+    out.extend_from_slice(&s.as_bytes()[..len]);
 }
 
 /// Decodes a `TransactionLogValue` of version 0 or 1; `None` if malformed or of a newer version.
@@ -325,6 +390,23 @@ mod tests {
         assert_eq!(v.client_transaction_version, 2);
         assert_eq!(v.state, TxnState::CompleteCommit);
         assert!(v.partitions.contains(&("t".to_string(), 5)));
+    }
+
+    #[test]
+    fn value_v1_round_trips_for_transaction_version_2() {
+        for id in 0..=7 {
+            let state = TxnState::from_id(id).expect("state id");
+            let mut v = sample(state);
+            v.client_transaction_version = 2;
+            v.previous_producer_id = 3999;
+            v.next_producer_id = 4001;
+            let bytes = value(&v);
+            assert_eq!(&bytes[..2], &[0, 1], "version 1");
+            assert_eq!(parse_value(&bytes), Some(v.clone()), "{state:?}");
+            for cut in 0..bytes.len() {
+                assert_eq!(parse_value(&bytes[..cut]), None, "cut at {cut}");
+            }
+        }
     }
 
     #[test]

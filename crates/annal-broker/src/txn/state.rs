@@ -80,7 +80,15 @@ impl TxnState {
             Empty => &[Empty, CompleteCommit, CompleteAbort],
             Ongoing => &[Ongoing, Empty, CompleteCommit, CompleteAbort],
             PrepareCommit => &[Ongoing],
-            PrepareAbort => &[Ongoing, PrepareEpochFence],
+            // Transaction version 2 also aborts a transaction with no partitions (Empty or Complete*): the
+            // client cannot know whether its produce requests added any, so it always ends what it began.
+            PrepareAbort => &[
+                Ongoing,
+                PrepareEpochFence,
+                Empty,
+                CompleteCommit,
+                CompleteAbort,
+            ],
             CompleteCommit => &[PrepareCommit],
             CompleteAbort => &[PrepareAbort],
             Dead => &[Empty, CompleteAbort, CompleteCommit],
@@ -122,6 +130,13 @@ pub struct TxnMetadata {
     pub last_update_ms: i64,
     /// The state a write in flight moves to; while set, other requests get CONCURRENT_TRANSACTIONS.
     pub pending: Option<TxnState>,
+    /// The transaction version the client of the current transaction speaks (Kafka's
+    /// `clientTransactionVersion`): 2 once a transaction-version-2 request (AddPartitionsToTxn v5 from a partition
+    /// leader, EndTxn v5) touched it, else 0. At 2 every EndTxn bumps the epoch.
+    pub client_version: i16,
+    /// At transaction version 2, the producer id a Prepare record hands over to when the epoch is exhausted
+    /// (installed by the Complete record), -1 otherwise.
+    pub next_producer_id: i64,
 }
 
 impl TxnMetadata {
@@ -139,6 +154,8 @@ impl TxnMetadata {
             start_ms: -1,
             last_update_ms: now_ms,
             pending: None,
+            client_version: 0,
+            next_producer_id: NO_PRODUCER_ID,
         }
     }
 
@@ -156,6 +173,8 @@ impl TxnMetadata {
             start_ms: v.start_ms,
             last_update_ms: v.last_update_ms,
             pending: None,
+            client_version: v.client_transaction_version,
+            next_producer_id: v.next_producer_id,
         }
     }
 
@@ -166,7 +185,7 @@ impl TxnMetadata {
         TxnLogValue {
             producer_id: self.producer_id,
             previous_producer_id: self.previous_producer_id,
-            next_producer_id: NO_PRODUCER_ID,
+            next_producer_id: self.next_producer_id,
             producer_epoch: self.producer_epoch,
             timeout_ms: self.timeout_ms,
             state: self.state,
@@ -177,7 +196,7 @@ impl TxnMetadata {
             },
             last_update_ms: self.last_update_ms,
             start_ms: self.start_ms,
-            client_transaction_version: 0,
+            client_transaction_version: self.client_version,
         }
     }
 
@@ -230,6 +249,11 @@ mod tests {
         assert!(PrepareAbort.can_follow(PrepareEpochFence));
         assert!(!Dead.can_follow(Ongoing));
         assert!(Empty.can_follow(CompleteAbort));
+        assert!(
+            PrepareAbort.can_follow(Empty),
+            "transaction version 2 aborts an empty transaction"
+        );
+        assert!(!PrepareCommit.can_follow(CompleteCommit));
     }
 
     #[test]

@@ -5,11 +5,14 @@
 //! client bug, or a produce retried after its transaction was aborted) opens a transaction no marker will ever
 //! close: a hanging transaction that pins the last stable offset and stalls every read_committed consumer.
 //!
+//! KIP-890 part 2 (transaction version 2) uses the same path to *add* the partition instead (AddPartitionsToTxn
+//! v5 without verifyOnly): a transaction-version-2 client sends no AddPartitionsToTxn of its own.
+//!
 //! The coordinator may be this broker (answered in memory) or another one (one request over [`Peers`]). The
 //! answer is not re-checked at append time (Kafka's VerificationGuard): the race it closes, a marker landing
 //! between verification and append, needs the coordinator to end the transaction at the same producer epoch while
-//! the producer still sends, and the coordinator here only does that at a bumped epoch (timeouts, fencing), which
-//! the log's epoch check refuses anyway. docs/decisions/0012-transaction-coordinator.md.
+//! the producer still sends, and the coordinator here only does that at a bumped epoch (timeouts, fencing, every
+//! EndTxn at transaction version 2), which the log's epoch check refuses anyway. docs/decisions/0012-transaction-coordinator.md.
 
 use std::time::Duration;
 
@@ -24,6 +27,9 @@ use super::{code, TxnCoordinator, TXN_TOPIC};
 
 /// AddPartitionsToTxn versions a verification may use: v4 is the first with batched transactions and verifyOnly.
 const VERIFY_VERSIONS: (i16, i16) = (4, 4);
+/// The implicit add of transaction version 2 (KIP-890 part 2) is v5 with verifyOnly false: v5 tells the
+/// coordinator the client speaks transaction version 2.
+const IMPLICIT_ADD_VERSIONS: (i16, i16) = (5, 5);
 /// How long a remote verification may take before the produce is answered with a retriable error.
 pub(crate) const VERIFY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest verification response accepted (a few bytes per partition).
@@ -41,22 +47,41 @@ impl TxnCoordinator {
     /// Whether each of `partitions` is part of `transactional_id`'s ongoing transaction at
     /// (`producer_id`, `producer_epoch`): NONE, or the coordinator's error for it (INVALID_TXN_STATE for a
     /// partition never added; a coordinator error such as NOT_COORDINATOR when it cannot tell yet).
+    ///
+    /// With `add` (a transaction-version-2 client: Produce v12, TxnOffsetCommit v5) the partitions are added
+    /// to the transaction instead, starting it if needed (KIP-890 part 2's implicit add; Kafka's
+    /// `AddPartitionsToTxnManager` with the `addPartition` operation).
     pub async fn verify_for_append(
         &self,
         transactional_id: &str,
         producer_id: i64,
         producer_epoch: i16,
         partitions: &[(String, i32)],
+        add: bool,
     ) -> Vec<i16> {
         let here = self.shared.state.lock().coordinator_epoch(transactional_id);
         match here {
+            Ok(_) if add => {
+                let e = self
+                    .add_partitions(transactional_id, producer_id, producer_epoch, partitions, 2)
+                    .await
+                    .err()
+                    .unwrap_or(code::NONE);
+                vec![e; partitions.len()]
+            }
             Ok(_) => self
                 .verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
                 .await
                 .unwrap_or_else(|e| vec![e; partitions.len()]),
             Err(code::NOT_COORDINATOR) => {
-                self.verify_remotely(transactional_id, producer_id, producer_epoch, partitions)
-                    .await
+                self.verify_remotely(
+                    transactional_id,
+                    producer_id,
+                    producer_epoch,
+                    partitions,
+                    add,
+                )
+                .await
             }
             Err(e) => vec![e; partitions.len()],
         }
@@ -68,6 +93,7 @@ impl TxnCoordinator {
         producer_id: i64,
         producer_epoch: i16,
         partitions: &[(String, i32)],
+        add: bool,
     ) -> Vec<i16> {
         let coordinator_partition = self.partition_for(transactional_id) as i32;
         let addr = match self.shared.routes.leader(TXN_TOPIC, coordinator_partition) {
@@ -93,13 +119,18 @@ impl TxnCoordinator {
                 )))
                 .with_producer_id(ProducerId(producer_id))
                 .with_producer_epoch(producer_epoch)
-                .with_verify_only(true)
+                .with_verify_only(!add)
                 .with_topics(topics),
         ]);
+        let versions = if add {
+            IMPLICIT_ADD_VERSIONS
+        } else {
+            VERIFY_VERSIONS
+        };
         let response = match self
             .shared
             .verify_peers
-            .send(&addr, &request, VERIFY_VERSIONS)
+            .send(&addr, &request, versions)
             .await
         {
             Ok(response) => response,

@@ -22,4 +22,5 @@ mod replica;
 mod security;
 mod transactions;
 mod txn_coordinator;
+mod txn_v2;
 mod versions;

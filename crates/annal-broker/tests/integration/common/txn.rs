@@ -148,12 +148,25 @@ pub async fn end_txn(
     commit: bool,
     version: i16,
 ) -> i16 {
+    end_txn_full(c, id, pid, epoch, commit, version).await.0
+}
+
+/// EndTxn: the error and (v5) the producer id and epoch to continue with.
+pub async fn end_txn_full(
+    c: &mut Client,
+    id: &str,
+    pid: i64,
+    epoch: i16,
+    commit: bool,
+    version: i16,
+) -> (i16, i64, i16) {
     let req = EndTxnRequest::default()
         .with_transactional_id(TransactionalId(s(id)))
         .with_producer_id(ProducerId(pid))
         .with_producer_epoch(epoch)
         .with_committed(commit);
-    c.call(&req, version).await.error_code
+    let resp = c.call(&req, version).await;
+    (resp.error_code, resp.producer_id.0, resp.producer_epoch)
 }
 
 pub async fn describe(
@@ -201,14 +214,16 @@ pub fn partitions_of(
 /// version, then DescribeTransactions and ListTransactions.
 pub async fn exercise_txn_apis(c: &mut Client, topic: &str, tested: &mut BTreeSet<(i16, i16)>) {
     find_txn_coordinator(c, "vtx-0", 4).await;
-    for v in 0..=4i16 {
+    // v5 (and AddOffsetsToTxn v4) are transaction version 2's: AddPartitionsToTxn v5 is the implicit add a
+    // partition leader sends, and EndTxn v5 bumps the epoch.
+    for v in 0..=5i16 {
         let id = format!("vtx-{v}");
         let (e, pid, epoch) = init(c, &id, 60_000, 4).await;
         assert_eq!(e, NONE, "init {id}");
         let add = add_partitions(c, &id, pid, epoch, &[(topic, 0)], v).await;
         assert_eq!(add, vec![NONE], "add partitions v{v}");
         tested.insert((ApiKey::AddPartitionsToTxn as i16, v));
-        let offsets_v = v.min(3);
+        let offsets_v = v.min(4);
         let req = AddOffsetsToTxnRequest::default()
             .with_transactional_id(TransactionalId(s(&id)))
             .with_producer_id(ProducerId(pid))
@@ -242,11 +257,15 @@ pub async fn exercise_txn_apis(c: &mut Client, topic: &str, tested: &mut BTreeSe
             "txn offset commit v{v}"
         );
         tested.insert((ApiKey::TxnOffsetCommit as i16, v));
-        assert_eq!(
-            end_txn(c, &id, pid, epoch, true, v).await,
-            NONE,
-            "end txn v{v}"
-        );
+        let (e, next_pid, next_epoch) = end_txn_full(c, &id, pid, epoch, true, v).await;
+        assert_eq!(e, NONE, "end txn v{v}");
+        if v >= 5 {
+            assert_eq!(
+                (next_pid, next_epoch),
+                (pid, epoch + 1),
+                "v5 bumps the epoch"
+            );
+        }
         tested.insert((ApiKey::EndTxn as i16, v));
     }
     let d = describe(c, "vtx-4").await;
