@@ -4,11 +4,15 @@
 //! prints its trace); `--seconds T` sets the simulated time with faults (default 30); `--twice` runs every seed
 //! twice and fails it if the two traces' hashes differ; `--plant-forget-vote` / `--plant-wipe-disk` plant a
 //! fault Raft does not survive (crashed voters lose their vote / their whole disk), to watch the checks catch it;
-//! `--strict-terms` (or `SIM_STRICT_TERMS=1`) fails a seed on two leaders in one term instead of reporting it.
+//! `--strict-terms` (or `SIM_STRICT_TERMS=1`) fails a seed on two leaders in one term instead of reporting it;
+//! `--brokers` (or `SIM_BROKERS=1`) runs the real brokers (three combined nodes) with producers and a reader,
+//! where `--plant-hw-before-isr`, `--plant-truncate-to-hw` and `--plant-elect-outside-isr` plant a replication
+//! bug in the real code.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use annal_metadata::env::testing::PlantedBug;
 use annal_sim::{run_seed, Options, Planted};
 
 fn main() -> ExitCode {
@@ -31,8 +35,18 @@ fn main() -> ExitCode {
             "--strict-terms" => options.strict_terms = true,
             "--plant-forget-vote" => options.planted = Planted::ForgetVoteOnCrash,
             "--plant-wipe-disk" => options.planted = Planted::WipeDiskOnCrash,
+            "--brokers" => options.brokers = true,
+            "--plant-hw-before-isr" => {
+                options.planted = Planted::Replication(PlantedBug::HighWatermarkBeforeIsr)
+            }
+            "--plant-truncate-to-hw" => {
+                options.planted = Planted::Replication(PlantedBug::TruncateToHighWatermark)
+            }
+            "--plant-elect-outside-isr" => {
+                options.planted = Planted::Replication(PlantedBug::ElectOutsideIsr)
+            }
             other => {
-                eprintln!("unknown argument {other}; usage: annal-sim [--seeds N] [--from S] [--seed S] [--seconds T] [--trace] [--twice] [--strict-terms] [--plant-forget-vote|--plant-wipe-disk]");
+                eprintln!("unknown argument {other}; usage: annal-sim [--seeds N] [--from S] [--seed S] [--seconds T] [--trace] [--twice] [--strict-terms] [--brokers] [--plant-forget-vote|--plant-wipe-disk|--plant-hw-before-isr|--plant-truncate-to-hw|--plant-elect-outside-isr]");
                 return ExitCode::from(2);
             }
         }

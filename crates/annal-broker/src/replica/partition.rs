@@ -649,6 +649,25 @@ impl Partition {
         })
     }
 
+    /// Reads this replica's own log from `offset`, whatever its role, up to `upper` (exclusive; `None`: the log
+    /// end), at most `max_bytes` (the first batch whole). For checks that compare replicas (the deterministic
+    /// simulator's "replicas agree below the high watermark"); clients read through [`Partition::read`].
+    pub fn read_local(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        upper: Option<i64>,
+    ) -> Result<Option<annal_log::FileSlice>, PartitionError> {
+        let log = self.log.lock();
+        let read = log
+            .read(offset, max_bytes.max(1), upper)
+            .map_err(|source| PartitionError::Log {
+                partition: self.name(),
+                source,
+            })?;
+        Ok(read.slice)
+    }
+
     /// The last stable offset: `min(high watermark, first unstable offset)`, where the first unstable offset is
     /// the start of the oldest transaction not yet ended by a marker the high watermark has passed. On a
     /// follower, from its own producer state and the high watermark its leader sent (as Kafka's followers do).
