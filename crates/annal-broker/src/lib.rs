@@ -505,6 +505,7 @@ async fn tls_reload_loop(
 ) {
     loop {
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(security::tls::RELOAD_CHECK_INTERVAL) => {}
             _ = crate::stopped(&mut stop) => return,
         }
@@ -535,6 +536,7 @@ async fn retention_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Recei
     let mut health_tick = 0u64;
     loop {
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(tick) => {}
             _ = crate::stopped(&mut stop) => return,
         }
@@ -579,6 +581,24 @@ fn apply_retention(broker: &Broker) {
     ops::groups::account_retention(broker, &moved);
 }
 
+/// Milliseconds on the monotonic clock (tokio's: virtual under a paused runtime, the OS's monotonic clock
+/// otherwise), from an arbitrary origin: for durations only, such as how long a follower has lagged. Unlike
+/// [`now_ms`] it never jumps when the wall clock is stepped (NTP, an operator, the simulator's clock jumps).
+pub fn monotonic_ms() -> i64 {
+    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let origin = *ORIGIN.get_or_init(|| {
+        // Far enough in the past that no reading of a paused clock (which may start before this call) is
+        // before it, and far enough from 0 that "never" (0) reads as long ago.
+        let now = std::time::Instant::now();
+        now.checked_sub(Duration::from_secs(365 * 24 * 3600))
+            .unwrap_or(now)
+    });
+    let now = tokio::time::Instant::now().into_std();
+    now.saturating_duration_since(origin).as_millis() as i64
+}
+
+/// Milliseconds since the Unix epoch on the wall clock: timestamps (records, commits, retention), never
+/// durations that decide something (see [`monotonic_ms`]).
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -605,6 +625,7 @@ pub async fn shutdown_signal() {
         match signal(SignalKind::terminate()) {
             Ok(mut term) => {
                 tokio::select! {
+                    biased;
                     _ = term.recv() => tracing::info!("SIGTERM received; shutting down"),
                     _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received; shutting down"),
                 }

@@ -39,6 +39,7 @@ pub async fn run(
     let mut refused: HashMap<(Uuid, i32), tokio::time::Instant> = HashMap::new();
     loop {
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(ISR_TICK) => {}
             _ = crate::stopped(&mut stop) => return,
         }
@@ -47,7 +48,8 @@ pub async fn run(
             continue;
         }
         let image = images.borrow().clone();
-        let now = crate::now_ms();
+        // The monotonic clock, as the follower progress it is compared with (`crate::monotonic_ms`).
+        let now = crate::monotonic_ms();
         let instant = tokio::time::Instant::now();
         refused.retain(|_, until| *until > instant);
         let proposals: Vec<(Arc<Partition>, crate::replica::IsrChange)> = replica_manager
@@ -118,6 +120,7 @@ async fn send(
         .with_broker_epoch(broker_epoch)
         .with_topics(topics);
     let answer = tokio::select! {
+        biased;
         r = channel.send(&request, ALTER_PARTITION_VERSION) => r,
         _ = crate::stopped(stop) => Err(anyhow::anyhow!("shutting down")),
     };

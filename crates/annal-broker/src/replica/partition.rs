@@ -377,8 +377,9 @@ impl Partition {
             state.followers.clear();
             if leading {
                 // Kafka's rule at election: every replica counts as caught up now, so none is dropped from the
-                // ISR before it has had replica.lag.time.max.ms to fetch from the new leader.
-                let now = crate::now_ms();
+                // ISR before it has had replica.lag.time.max.ms to fetch from the new leader. Lag is measured on
+                // the monotonic clock: a stepped wall clock must not drop (or keep) followers.
+                let now = crate::monotonic_ms();
                 let end = self.log.lock().log_end_offset();
                 for r in replicas.iter().filter(|r| **r != self.local_broker_id) {
                     state.followers.insert(
