@@ -71,7 +71,11 @@ async fn serve(
         .kafka_listener_serving
         .store(true, std::sync::atomic::Ordering::Release);
     loop {
+        // Biased (stop first, then accept, then reap): a flood of connections cannot hold off a stop, and a
+        // simulated run does not depend on tokio's unseeded branch draw.
         tokio::select! {
+            biased;
+            _ = crate::stopped(&mut stop) => break,
             accepted = accept_one(&mut listener) => match accepted {
                 Ok((stream, peer)) => {
                     let (b, s, budget, ctx) = (broker.clone(), conn_stop.clone(), budget.clone(), ctx.clone());
@@ -94,7 +98,6 @@ async fn serve(
                 }
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            _ = crate::stopped(&mut stop) => break,
         }
     }
     drop(listener);
@@ -292,6 +295,7 @@ async fn connection(
         };
         let mut size = [0u8; 4];
         tokio::select! {
+            biased;
             r = tokio::time::timeout(wait, stream.read_exact(&mut size)) => match r {
                 Err(_) if !authenticated => {
                     tracing::info!(listener = %ctx.name, "SASL authentication not completed within {} s; connection closed", AUTHENTICATION_TIMEOUT.as_secs());

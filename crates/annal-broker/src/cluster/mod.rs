@@ -519,6 +519,7 @@ async fn report_offsets(
             .map_or(-1, |o| i64::try_from(o).unwrap_or(i64::MAX));
         offset.send_replace(applied);
         tokio::select! {
+            biased;
             changed = images.changed() => if changed.is_err() { return },
             _ = crate::stopped(&mut stop) => return,
         }
@@ -542,6 +543,7 @@ async fn watch_image(
     mut stop: watch::Receiver<bool>,
 ) {
     tokio::select! {
+        biased;
         caught_up = lease.wait_for(|l| l.broker_epoch >= 0 && !l.fenced) => if caught_up.is_err() { return },
         _ = crate::stopped(&mut stop) => return,
     }
@@ -579,6 +581,7 @@ async fn watch_image(
             }
         }
         tokio::select! {
+            biased;
             changed = images.changed() => if changed.is_err() { return },
             _ = crate::stopped(&mut stop) => return,
         }

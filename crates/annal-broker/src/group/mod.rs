@@ -936,6 +936,7 @@ async fn wait_for_high_watermark(
             (tokio::time::Instant::now() + HIGH_WATERMARK_POLL).min(deadline)
         };
         tokio::select! {
+            biased;
             _ = waiter.notified() => {}
             _ = tokio::time::sleep_until(until) => {}
         }
@@ -1099,6 +1100,7 @@ async fn timer_task(shared: Weak<Shared>) {
             .min(Duration::from_secs(1));
         let notified = strong.wake.notified();
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(sleep_for) => {}
             _ = notified => {}
         }

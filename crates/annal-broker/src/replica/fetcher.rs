@@ -267,6 +267,7 @@ impl FetcherTask {
                 .collect();
             if wanted.is_empty() {
                 tokio::select! {
+                    biased;
                     _ = self.changed.notified() => {}
                     _ = tokio::time::sleep(PARTITION_BACKOFF) => {}
                     _ = crate::stopped(&mut self.stop) => return,
@@ -302,6 +303,7 @@ impl FetcherTask {
                 .collect();
             let request = self.request(&asked, version);
             let sent = tokio::select! {
+                biased;
                 r = c.send_version(&request, version) => r,
                 _ = crate::stopped(&mut self.stop) => return,
             };
@@ -366,6 +368,7 @@ impl FetcherTask {
 
     async fn pause(&mut self, d: Duration) {
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(d) => {}
             _ = crate::stopped(&mut self.stop) => {}
         }
