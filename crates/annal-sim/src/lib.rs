@@ -357,9 +357,10 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
                 }
                 if elapsed > done + CONVERGENCE_MAX {
                     let at = now_ms_of(&sim);
+                    let state = replication::describe_partitions(&shared);
                     shared.history.lock().not_converged(
                         at,
-                        format!("the partitions did not converge within {CONVERGENCE_MAX:?} of the writes' end"),
+                        format!("the partitions did not converge within {CONVERGENCE_MAX:?} of the writes' end: {state}"),
                     );
                     break;
                 }

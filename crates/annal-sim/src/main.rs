@@ -16,6 +16,10 @@ use annal_metadata::env::testing::PlantedBug;
 use annal_sim::{run_seed, Options, Planted};
 
 fn main() -> ExitCode {
+    if std::env::var_os("RUST_LOG").is_some() {
+        // The nodes' own logs on stderr (`RUST_LOG=warn`, `RUST_LOG=annal_broker=info`): for reading a replay.
+        annal_broker::init_tracing();
+    }
     let mut args = std::env::args().skip(1);
     let (mut seeds, mut from, mut one, mut trace, mut twice) = (10u64, 0u64, None, false, false);
     let mut options = Options::default();

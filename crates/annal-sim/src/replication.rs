@@ -211,6 +211,31 @@ pub(crate) fn converged(shared: &Shared) -> bool {
     })
 }
 
+/// Each partition's state on every live node, for a failure message: leader, high watermark, log ends.
+pub(crate) fn describe_partitions(shared: &Shared) -> String {
+    let history = shared.history.lock();
+    let live = history.replication.live();
+    let mut out = Vec::new();
+    for tp in partitions() {
+        let states: Vec<String> = live
+            .iter()
+            .filter_map(|(n, b)| {
+                let p = partition_of(b, tp)?;
+                Some(format!(
+                    "n{n}: leader {} epoch {} isr {:?} hw {} end {}",
+                    p.leader(),
+                    p.leader_epoch(),
+                    p.isr(),
+                    p.high_watermark(),
+                    p.log_end_offset()
+                ))
+            })
+            .collect();
+        out.push(format!("{}-{} [{}]", tp.0, tp.1, states.join("; ")));
+    }
+    format!("{} of {VOTERS} nodes up; {}", live.len(), out.join("; "))
+}
+
 /// The end-of-run replication checks, once converged.
 pub(crate) fn check_final(shared: &Shared, at: u64) {
     let mut history = shared.history.lock();
@@ -255,7 +280,7 @@ pub(crate) fn check_final(shared: &Shared, at: u64) {
         for ((t, offset), value) in history
             .replication
             .acked
-            .range(((tp, i64::MIN))..=((tp, i64::MAX)))
+            .range((tp, i64::MIN)..=(tp, i64::MAX))
         {
             debug_assert_eq!(*t, tp);
             if log.get(offset) != Some(value) {
@@ -272,7 +297,7 @@ pub(crate) fn check_final(shared: &Shared, at: u64) {
         for ((_, offset), value) in history
             .replication
             .read
-            .range(((tp, i64::MIN))..=((tp, i64::MAX)))
+            .range((tp, i64::MIN)..=(tp, i64::MAX))
         {
             if log.get(offset) != Some(value) {
                 problems.push(format!(
@@ -429,7 +454,7 @@ impl Kafka {
         request: &R,
         versions: (i16, i16),
     ) -> Result<R::Response, String> {
-        if !self.conns.get(&node).is_some_and(|c| !c.is_closed()) {
+        if self.conns.get(&node).is_none_or(|c| c.is_closed()) {
             let options = ConnectionOptions {
                 connect_timeout: Duration::from_secs(1),
                 request_timeout: Duration::from_secs(5),

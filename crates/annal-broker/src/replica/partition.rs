@@ -15,6 +15,7 @@ use annal_log::{
     AppendInfo, AppendOptions, AppendOrigin, DurableLog, DurableWait, FileSlice, GroupCommit, Log,
     LogConfig, LogError, SyncHandle, TimestampType,
 };
+use annal_metadata::env::testing::{planted, PlantedBug};
 use parking_lot::{Mutex, RwLock};
 use uuid::Uuid;
 
@@ -334,6 +335,14 @@ impl Partition {
             self.name()
         );
         let changed = self.become_(leader, leader_epoch, partition_epoch, replicas, isr);
+        if changed && planted(PlantedBug::TruncateToHighWatermark) {
+            // PLANTED BUG (simulator only): pre-KIP-101 truncation to the local high watermark, which may
+            // trail what the old leader committed.
+            let hw = self.high_watermark.load(Ordering::Acquire);
+            if hw < self.log_end_offset() {
+                let _ = self.truncate_to(hw, None);
+            }
+        }
         // Long polls end now: they get NOT_LEADER_OR_FOLLOWER at once and go to the new leader.
         self.watchers.wake_all();
         self.replica_watchers.wake_all();
@@ -1252,6 +1261,10 @@ pub fn high_watermark(log: &Log, durable: bool) -> i64 {
 /// replica has no one to wait for and keeps the single-node rule.
 fn leader_high_watermark(state: &ReplicaState, me: i32, log: &Log) -> Option<i64> {
     let local = high_watermark(log, state.config.durable);
+    if planted(PlantedBug::HighWatermarkBeforeIsr) {
+        // PLANTED BUG (simulator only): the leader's own log end, whatever the ISR holds.
+        return Some(local);
+    }
     let replicated = state.replicas.len() > 1;
     if replicated && (state.isr.len() as i64) < i64::from(state.config.min_insync_replicas) {
         return None;
