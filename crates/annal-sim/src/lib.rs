@@ -112,6 +112,8 @@ pub struct Report {
     pub faults: Vec<Scheduled>,
     pub acked_topics: usize,
     pub acked_registrations: usize,
+    /// acks=all writes the brokers acknowledged (`Options::brokers`).
+    pub acked_writes: usize,
     pub committed_entries: usize,
     /// The highest term any voter led.
     pub max_term: u64,
@@ -416,6 +418,7 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
         faults: schedule.clone(),
         acked_topics: history.acked_topics.len(),
         acked_registrations: history.acked_registrations.len(),
+        acked_writes: history.replication.acked.len(),
         committed_entries: history.committed.len(),
         max_term: history.leaders.keys().next_back().copied().unwrap_or(0),
         simulated,

@@ -113,13 +113,14 @@ fn main() -> ExitCode {
         }
         if one.is_some() || !report.passed() {
             println!(
-                "seed {seed}: trace hash {:016x}, {} events, {} faults, {} topics and {} registrations acknowledged, \
-                 {} entries committed, highest term {}, {:?} simulated in {:?}",
+                "seed {seed}: trace hash {:016x}, {} events, {} faults, {} topics, {} registrations and {} acks=all \
+                 writes acknowledged, {} entries committed, highest term {}, {:?} simulated in {:?}",
                 report.trace_hash,
                 report.events,
                 report.faults.len(),
                 report.acked_topics,
                 report.acked_registrations,
+                report.acked_writes,
                 report.committed_entries,
                 report.max_term,
                 report.simulated,
