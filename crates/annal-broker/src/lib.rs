@@ -15,6 +15,7 @@ pub mod cluster;
 mod cluster_meta;
 pub mod config;
 mod durable;
+pub mod env;
 pub mod group;
 mod kafka_code;
 mod log_cleaner;
@@ -32,6 +33,7 @@ use std::time::Duration;
 
 pub use apis::fetch::zero_copy_counts;
 pub use config::BrokerConfig;
+pub use env::{BrokerEnv, BrokerListener};
 pub use log_manager::{invalid_topic_name, LogManager, Topic};
 pub use replica::{
     durable_sync_count, high_watermark, AppendEntry, FetchParams, FetchPartition,
@@ -151,7 +153,8 @@ async fn run_controller_only(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let cluster_id = open_data_dir(&config)?;
-    let runtime = cluster::ClusterRuntime::start(&config, &cluster_id).await?;
+    let runtime =
+        cluster::ClusterRuntime::start(&config, &cluster_id, &BrokerEnv::production()).await?;
     tracing::info!(node = config.cluster.node_id, data_dir = %config.data_dir.display(), %cluster_id, "annal controller started");
     shutdown.await;
     runtime.shutdown().await;
@@ -173,7 +176,7 @@ pub async fn run_with_listener(
 pub struct Started {
     broker: Arc<Broker>,
     /// Every broker listener, bound, with its security (the first is the client listener of `start`).
-    listeners: Vec<(tokio::net::TcpListener, Arc<security::ListenerContext>)>,
+    listeners: Vec<(BrokerListener, Arc<security::ListenerContext>)>,
     /// The HTTP listener (`http.listen`), if on and bound.
     http: Option<tokio::net::TcpListener>,
     stop_tx: tokio::sync::watch::Sender<bool>,
@@ -185,14 +188,34 @@ pub async fn start(
     config: BrokerConfig,
     listener: tokio::net::TcpListener,
 ) -> anyhow::Result<Started> {
+    start_in(
+        config,
+        BrokerListener::Tcp(listener),
+        BrokerEnv::production(),
+    )
+    .await
+}
+
+/// [`start`] in an environment: the simulator's network, seeds and metadata node environment
+/// ([`BrokerEnv`]). A broker on a simulated network needs `config.advertised` (there is no OS address to
+/// fall back on) and has no HTTP listener.
+pub async fn start_in(
+    config: BrokerConfig,
+    listener: BrokerListener,
+    env: BrokerEnv,
+) -> anyhow::Result<Started> {
     let cluster_id = open_data_dir(&config)?;
     // Bound first: an explicit http.listen that cannot be bound stops start-up before anything else runs.
-    let http = ops::http::bind(&config.ops).await?;
+    let http = if env.network.is_some() {
+        None
+    } else {
+        ops::http::bind(&config.ops).await?
+    };
     // Taken before anything is served: from here on, a crash is an unclean stop.
     let previous_broker_epoch = clean_shutdown::take(&config.data_dir)?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     // Every broker is part of a cluster: zero configuration makes a one-voter one (docs/decisions/0005).
-    let mut cluster = cluster::ClusterRuntime::start(&config, &cluster_id).await?;
+    let mut cluster = cluster::ClusterRuntime::start(&config, &cluster_id, &env).await?;
     let replica_manager = Arc::new(ReplicaManager::open(&config, stop_rx.clone())?);
     let mut groups_config = config.groups.clone();
     groups_config.offsets_topic_replication_factor =
@@ -215,10 +238,12 @@ pub async fn start(
     ));
     let groups =
         group::GroupCoordinator::start(replica_manager.clone(), creator, groups_config, false)?;
-    let local = listener.local_addr()?;
-    let advertised = match &config.advertised {
-        Some(a) => a.clone(),
-        None => {
+    let advertised = match (&config.advertised, listener.local_addr()) {
+        (Some(a), _) => a.clone(),
+        (None, None) => anyhow::bail!(
+            "a broker on a simulated network needs an advertised address (BrokerConfig::advertised)"
+        ),
+        (None, Some(local)) => {
             // A wildcard bind is not an address clients can use; 127.0.0.1 (not "localhost", which librdkafka
             // may resolve to ::1) is right for the zero-configuration single-machine case.
             let host = if local.ip().is_unspecified() {
@@ -229,7 +254,7 @@ pub async fn start(
             (host, local.port())
         }
     };
-    let (bound, endpoints) = bind_listeners(&config, listener, &advertised).await?;
+    let (bound, endpoints) = bind_listeners(&config, listener, &advertised, &env).await?;
     cluster
         .attach(
             &config,
@@ -237,6 +262,7 @@ pub async fn start(
             replica_manager.clone(),
             endpoints,
             previous_broker_epoch,
+            &env,
         )
         .await?;
     let cluster = Arc::new(cluster);
@@ -291,7 +317,7 @@ pub async fn start(
         readiness: Default::default(),
     });
     tracing::info!(
-        listen = %local, advertised = %format!("{}:{}", broker.advertised.0, broker.advertised.1),
+        listen = %broker.config.listen, advertised = %format!("{}:{}", broker.advertised.0, broker.advertised.1),
         data_dir = %broker.config.data_dir.display(), cluster_id = %broker.cluster_id,
         "annal broker started"
     );
@@ -299,7 +325,7 @@ pub async fn start(
         tracing::info!(http = %addr, "HTTP listener: /metrics, /healthz, /readyz, /v1/groups, /v1/topics");
     }
     for (l, ctx) in &bound {
-        if let Ok(addr) = l.local_addr() {
+        if let Some(addr) = l.local_addr() {
             tracing::info!(listener = %ctx.name, protocol = ctx.protocol.name(), %addr, "listening");
         }
     }
@@ -321,7 +347,7 @@ impl Started {
     pub fn listener_addrs(&self) -> Vec<(String, std::net::SocketAddr)> {
         self.listeners
             .iter()
-            .filter_map(|(l, ctx)| Some((ctx.name.to_string(), l.local_addr().ok()?)))
+            .filter_map(|(l, ctx)| Some((ctx.name.to_string(), l.local_addr()?)))
             .collect()
     }
 
@@ -394,7 +420,7 @@ impl Started {
         let broker = Arc::try_unwrap(broker).map_err(|_| ()).ok();
         match broker {
             Some(b) => {
-                tokio::task::spawn_blocking(move || b.replica_manager.close_all()).await?;
+                blocking(move || b.replica_manager.close_all()).await;
                 // Only once every partition is flushed and closed: the file tells the controller that this
                 // node's logs hold everything it acknowledged (KIP-966; see clean_shutdown.rs).
                 if broker_epoch >= 0 {
@@ -421,10 +447,11 @@ impl Started {
 /// them with the endpoints this broker registers (each listener's advertised address and protocol).
 async fn bind_listeners(
     config: &BrokerConfig,
-    first: tokio::net::TcpListener,
+    first: BrokerListener,
     first_advertised: &(String, u16),
+    env: &BrokerEnv,
 ) -> anyhow::Result<(
-    Vec<(tokio::net::TcpListener, Arc<security::ListenerContext>)>,
+    Vec<(BrokerListener, Arc<security::ListenerContext>)>,
     Vec<cluster::lifecycle::Endpoint>,
 )> {
     let mut first = Some(first);
@@ -439,14 +466,24 @@ async fn bind_listeners(
             Some(socket) => (socket, first_advertised.0.clone(), first_advertised.1),
             None => {
                 let addr = l.bind.to_string();
-                let socket = tokio::net::TcpListener::bind(&addr).await.map_err(|e| {
+                let cannot = |e: std::io::Error| {
                     anyhow::anyhow!(
                         "listeners: cannot listen on {addr} for listener {}: {e}",
                         l.name
                     )
-                })?;
-                let a = l.advertised_endpoint(socket.local_addr()?);
-                (socket, a.host, a.port)
+                };
+                match &env.network {
+                    None => {
+                        let socket = tokio::net::TcpListener::bind(&addr).await.map_err(cannot)?;
+                        let a = l.advertised_endpoint(socket.local_addr()?);
+                        (BrokerListener::Tcp(socket), a.host, a.port)
+                    }
+                    Some(network) => {
+                        let socket = network.bind(addr.clone()).await.map_err(cannot)?;
+                        let a = l.advertised.clone().unwrap_or_else(|| l.bind.clone());
+                        (BrokerListener::Seam(socket), a.host, a.port)
+                    }
+                }
             }
         };
         endpoints.push(cluster::lifecycle::Endpoint {
@@ -481,6 +518,7 @@ async fn tls_reload_loop(
 ) {
     loop {
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(security::tls::RELOAD_CHECK_INTERVAL) => {}
             _ = crate::stopped(&mut stop) => return,
         }
@@ -511,6 +549,7 @@ async fn retention_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Recei
     let mut health_tick = 0u64;
     loop {
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(tick) => {}
             _ = crate::stopped(&mut stop) => return,
         }
@@ -529,7 +568,7 @@ async fn retention_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Recei
         let checkpoint = checkpoint_tick.is_multiple_of(HW_CHECKPOINT_TICKS);
         health_tick += 1;
         let health = health_tick.is_multiple_of(HEALTH_TICKS);
-        let _ = tokio::task::spawn_blocking(move || {
+        let _ = blocking_caught(move || {
             flush_due(&b);
             // Off the produce path, in bounded steps; lookups index whatever tail is left themselves.
             b.replica_manager.index_keys();
@@ -561,6 +600,24 @@ fn apply_retention(broker: &Broker, remote: ops::retention_guard::RemoteOffsets)
     ops::groups::account_retention(broker, &moved);
 }
 
+/// Milliseconds on the monotonic clock (tokio's: virtual under a paused runtime, the OS's monotonic clock
+/// otherwise), from an arbitrary origin: for durations only, such as how long a follower has lagged. Unlike
+/// [`now_ms`] it never jumps when the wall clock is stepped (NTP, an operator, the simulator's clock jumps).
+pub fn monotonic_ms() -> i64 {
+    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let origin = *ORIGIN.get_or_init(|| {
+        // Far enough in the past that no reading of a paused clock (which may start before this call) is
+        // before it, and far enough from 0 that "never" (0) reads as long ago.
+        let now = std::time::Instant::now();
+        now.checked_sub(Duration::from_secs(365 * 24 * 3600))
+            .unwrap_or(now)
+    });
+    let now = tokio::time::Instant::now().into_std();
+    now.saturating_duration_since(origin).as_millis() as i64
+}
+
+/// Milliseconds since the Unix epoch on the wall clock: timestamps (records, commits, retention), never
+/// durations that decide something (see [`monotonic_ms`]).
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -587,6 +644,7 @@ pub async fn shutdown_signal() {
         match signal(SignalKind::terminate()) {
             Ok(mut term) => {
                 tokio::select! {
+                    biased;
                     _ = term.recv() => tracing::info!("SIGTERM received; shutting down"),
                     _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received; shutting down"),
                 }
@@ -612,10 +670,30 @@ pub(crate) fn config_duration(ms: i64) -> Duration {
     Duration::from_millis(ms.clamp(1, 365 * 24 * 3_600_000) as u64)
 }
 
-/// Runs blocking work (disk, fsync) off the async workers.
+/// Runs blocking work (disk, fsync) off the async workers; a panic in it resumes here.
+///
+/// In the deterministic simulator (`annal_metadata::env::testing`, set for the simulation's thread) it runs
+/// inline instead: a blocking-pool thread finishing at a wall-clock moment would make the run depend on the
+/// machine.
 pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    if annal_metadata::env::testing::current().inline_disk_io {
+        return f();
+    }
     match tokio::task::spawn_blocking(f).await {
         Ok(v) => v,
         Err(e) => std::panic::resume_unwind(e.into_panic()),
     }
+}
+
+/// Like [`blocking`], but a panic in `f` is returned as an error (for background loops that must go on).
+pub(crate) async fn blocking_caught<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    if annal_metadata::env::testing::current().inline_disk_io {
+        return std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+            .map_err(|_| "blocking task panicked".to_string());
+    }
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| format!("blocking task: {e}"))
 }

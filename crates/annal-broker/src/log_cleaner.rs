@@ -64,7 +64,7 @@ async fn cleaner_loop(
 ) {
     while !cleaner.is_stopped() {
         let (c, r, b) = (cleaner.clone(), replicas.clone(), busy.clone());
-        let cleaned = tokio::task::spawn_blocking(move || clean_dirtiest(&c, &r, &b))
+        let cleaned = crate::blocking_caught(move || clean_dirtiest(&c, &r, &b))
             .await
             .unwrap_or(false);
         if !cleaned {

@@ -10,18 +10,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use annal_client::net::BoxConnection;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::apis;
 use crate::security::sasl::{AuthState, Exchange, Outcome};
 use crate::security::{tls, ListenerContext, AUTHENTICATION_TIMEOUT, TLS_HANDSHAKE_TIMEOUT};
-use crate::Broker;
+use crate::{Broker, BrokerListener};
 
 tokio::task_local! {
     /// The listener a request came in on: Metadata and FindCoordinator answer with that listener's endpoints,
@@ -39,7 +40,7 @@ pub struct Close(pub String);
 /// Serves every listener until `stop` turns true. All connections of all listeners share one byte budget for
 /// partly read requests (Kafka's queued.max.request.bytes).
 pub async fn serve_all(
-    listeners: Vec<(TcpListener, Arc<ListenerContext>)>,
+    listeners: Vec<(BrokerListener, Arc<ListenerContext>)>,
     broker: Arc<Broker>,
     stop: watch::Receiver<bool>,
 ) {
@@ -60,7 +61,7 @@ pub async fn serve_all(
 
 /// Accepts connections until `stop` turns true, then waits for every connection to finish its current request.
 async fn serve(
-    listener: TcpListener,
+    mut listener: BrokerListener,
     ctx: Arc<ListenerContext>,
     broker: Arc<Broker>,
     mut stop: watch::Receiver<bool>,
@@ -73,10 +74,13 @@ async fn serve(
         .kafka_listener_serving
         .store(true, std::sync::atomic::Ordering::Release);
     loop {
+        // Biased (stop first, then accept, then reap): a flood of connections cannot hold off a stop, and a
+        // simulated run does not depend on tokio's unseeded branch draw.
         tokio::select! {
-            accepted = listener.accept() => match accepted {
+            biased;
+            _ = crate::stopped(&mut stop) => break,
+            accepted = accept_one(&mut listener) => match accepted {
                 Ok((stream, peer)) => {
-                    let _ = stream.set_nodelay(true);
                     let (b, s, budget, ctx) = (broker.clone(), conn_stop.clone(), budget.clone(), ctx.clone());
                     let name = ctx.name.clone();
                     connections.spawn(apis::groups::PEER.scope(peer, LISTENER.scope(name, async move {
@@ -97,7 +101,6 @@ async fn serve(
                 }
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            _ = crate::stopped(&mut stop) => break,
         }
     }
     drop(listener);
@@ -123,17 +126,54 @@ async fn serve(
     }
 }
 
+/// A connection as accepted, before any TLS.
+enum Accepted {
+    Tcp(TcpStream),
+    Seam(BoxConnection),
+}
+
+async fn accept_one(
+    listener: &mut BrokerListener,
+) -> std::io::Result<(Accepted, std::net::SocketAddr)> {
+    match listener {
+        BrokerListener::Tcp(l) => {
+            let (stream, peer) = l.accept().await?;
+            let _ = stream.set_nodelay(true);
+            Ok((Accepted::Tcp(stream), peer))
+        }
+        BrokerListener::Seam(l) => {
+            let (stream, peer) = l.accept().await?;
+            Ok((Accepted::Seam(stream), peer))
+        }
+    }
+}
+
 /// How long shutdown waits for in-flight requests.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
 /// The TLS handshake (on SSL and SASL_SSL listeners), then the connection's requests.
 async fn accept(
-    stream: TcpStream,
+    stream: Accepted,
     ctx: Arc<ListenerContext>,
     broker: Arc<Broker>,
     stop: watch::Receiver<bool>,
     budget: Arc<Semaphore>,
 ) -> Result<(), Close> {
+    let stream = match stream {
+        Accepted::Tcp(s) => s,
+        Accepted::Seam(s) if ctx.tls.is_none() => {
+            let state = if ctx.sasl.is_some() {
+                AuthState::AwaitHandshake
+            } else {
+                AuthState::Authenticated
+            };
+            let principal = "User:ANONYMOUS".to_string();
+            return connection(Conn::Seam(s), ctx, state, principal, broker, stop, budget).await;
+        }
+        Accepted::Seam(_) => {
+            return Err(Close("TLS is not supported on a simulated listener".into()))
+        }
+    };
     let peer = stream.peer_addr().ok();
     let (conn, principal) = match &ctx.tls {
         None => (Conn::Plain(stream), "User:ANONYMOUS".to_string()),
@@ -166,11 +206,13 @@ async fn accept(
     connection(conn, ctx, state, principal, broker, stop, budget).await
 }
 
-/// A client connection: plain TCP (file ranges go out with `sendfile(2)`) or TLS (file ranges are read and
-/// encrypted: no zero copy through a TLS record layer in user space).
+/// A client connection: plain TCP (file ranges go out with `sendfile(2)`), TLS (file ranges are read and
+/// encrypted: no zero copy through a TLS record layer in user space), or a connection from a listener that is
+/// not the OS's (the simulator's: file ranges are read and copied).
 enum Conn {
     Plain(TcpStream),
     Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+    Seam(BoxConnection),
 }
 
 impl AsyncRead for Conn {
@@ -182,6 +224,7 @@ impl AsyncRead for Conn {
         match self.get_mut() {
             Conn::Plain(s) => std::pin::Pin::new(s).poll_read(cx, buf),
             Conn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_read(cx, buf),
+            Conn::Seam(s) => std::pin::Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -195,6 +238,7 @@ impl AsyncWrite for Conn {
         match self.get_mut() {
             Conn::Plain(s) => std::pin::Pin::new(s).poll_write(cx, buf),
             Conn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_write(cx, buf),
+            Conn::Seam(s) => std::pin::Pin::new(s).poll_write(cx, buf),
         }
     }
     fn poll_flush(
@@ -204,6 +248,7 @@ impl AsyncWrite for Conn {
         match self.get_mut() {
             Conn::Plain(s) => std::pin::Pin::new(s).poll_flush(cx),
             Conn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_flush(cx),
+            Conn::Seam(s) => std::pin::Pin::new(s).poll_flush(cx),
         }
     }
     fn poll_shutdown(
@@ -213,6 +258,7 @@ impl AsyncWrite for Conn {
         match self.get_mut() {
             Conn::Plain(s) => std::pin::Pin::new(s).poll_shutdown(cx),
             Conn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_shutdown(cx),
+            Conn::Seam(s) => std::pin::Pin::new(s).poll_shutdown(cx),
         }
     }
 }
@@ -252,6 +298,7 @@ async fn connection(
         };
         let mut size = [0u8; 4];
         tokio::select! {
+            biased;
             r = tokio::time::timeout(wait, stream.read_exact(&mut size)) => match r {
                 Err(_) if !authenticated => {
                     tracing::info!(listener = %ctx.name, "SASL authentication not completed within {} s; connection closed", AUTHENTICATION_TIMEOUT.as_secs());
@@ -538,6 +585,7 @@ async fn write_response(conn: &mut Conn, response: Response) -> std::io::Result<
     let stream = match conn {
         Conn::Plain(s) => s,
         Conn::Tls(tls) => return write_response_copying(tls.as_mut(), response).await,
+        Conn::Seam(s) => return write_response_copying(s, response).await,
     };
     match response {
         Response::Buf(b) => stream.write_all(&b).await,
@@ -557,7 +605,8 @@ async fn write_response(conn: &mut Conn, response: Response) -> std::io::Result<
     }
 }
 
-/// Writes one response through TLS: file ranges are read into memory (off the async workers) and encrypted.
+/// Writes one response through TLS or a simulated stream: file ranges are read into memory (off the async
+/// workers) and written (encrypted, for TLS).
 async fn write_response_copying(
     stream: &mut (impl AsyncWrite + Unpin),
     response: Response,
@@ -651,9 +700,7 @@ async fn send_file(stream: &TcpStream, slice: &annal_log::FileSlice) -> std::io:
 #[cfg(not(target_os = "linux"))]
 async fn send_file(stream: &mut TcpStream, slice: &annal_log::FileSlice) -> std::io::Result<()> {
     let s = slice.clone();
-    let bytes = tokio::task::spawn_blocking(move || s.read_to_vec())
-        .await
-        .map_err(std::io::Error::other)??;
+    let bytes = crate::blocking(move || s.read_to_vec()).await?;
     stream.write_all(&bytes).await
 }
 
@@ -758,7 +805,7 @@ pub async fn handle_frame(broker: &Arc<Broker>, frame: Bytes) -> Result<Option<R
         )));
     }
     let (header, buf) = decode_header(api_key, p.api_version, frame)?;
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let answered = apis::dispatch(broker, api_key, header, buf).await;
     broker
         .replica_manager()

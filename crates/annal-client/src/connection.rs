@@ -9,6 +9,7 @@
 //! only the caller knows whether to retry, back off or look the broker up anew.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -17,9 +18,9 @@ use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter, ReadHalf, WriteHalf};
+
+use crate::net::{BoxConnection, Network, TokioNetwork};
 
 /// UNSUPPORTED_VERSION: the answer to an ApiVersions request newer than the broker knows (KIP-511).
 const UNSUPPORTED_VERSION: i16 = 35;
@@ -31,7 +32,7 @@ const API_VERSIONS_MAX: i16 = 4;
 const IO_BUFFER_BYTES: usize = 64 * 1024;
 
 /// How a [`Connection`] behaves. `Default` is what the `annal` CLI uses.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ConnectionOptions {
     /// Bound on the TCP connect (the ApiVersions handshake after it is bounded by `request_timeout`).
     pub connect_timeout: Duration,
@@ -47,6 +48,21 @@ pub struct ConnectionOptions {
     /// Testing aid: `Produce=12,Fetch=12` makes the connection behave as if the broker supported at most those
     /// versions, to exercise older protocol versions against a modern broker.
     pub version_caps: Option<String>,
+    /// How the connection is opened: the operating system's TCP ([`TokioNetwork`]) unless a node runs inside
+    /// the deterministic simulator ([`crate::net`]).
+    pub network: Arc<dyn Network>,
+}
+
+impl std::fmt::Debug for ConnectionOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectionOptions")
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("max_response_bytes", &self.max_response_bytes)
+            .field("client_id", &self.client_id)
+            .field("version_caps", &self.version_caps)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for ConnectionOptions {
@@ -57,6 +73,7 @@ impl Default for ConnectionOptions {
             max_response_bytes: 256 * 1024 * 1024,
             client_id: "annal-cli".to_string(),
             version_caps: None,
+            network: Arc::new(TokioNetwork),
         }
     }
 }
@@ -95,8 +112,8 @@ pub struct Connection {
 }
 
 struct Io {
-    reader: BufReader<OwnedReadHalf>,
-    writer: BufWriter<OwnedWriteHalf>,
+    reader: BufReader<ReadHalf<BoxConnection>>,
+    writer: BufWriter<WriteHalf<BoxConnection>>,
 }
 
 /// Turns a connect failure into something a person can act on.
@@ -123,7 +140,8 @@ impl Connection {
     /// Connects to `addr` (`HOST:PORT`) within `options.connect_timeout` and negotiates API versions.
     pub async fn connect_with(addr: &str, options: ConnectionOptions) -> Result<Connection> {
         let timeout = options.connect_timeout;
-        let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+        let connect = options.network.connect(addr.to_string());
+        let stream = match tokio::time::timeout(timeout, connect).await {
             Ok(Ok(stream)) => stream,
             Ok(Err(err)) => return Err(describe_connect_error(addr, &err, timeout)),
             Err(_) => {
@@ -134,8 +152,8 @@ impl Connection {
                 ))
             }
         };
-        stream.set_nodelay(true).ok();
-        let (read, write) = stream.into_split();
+        // TCP_NODELAY is set by the network (TokioNetwork sets it on every stream).
+        let (read, write) = tokio::io::split(stream);
         let mut conn = Connection {
             addr: addr.to_string(),
             options,

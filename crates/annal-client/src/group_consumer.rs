@@ -10,7 +10,10 @@
 //! coordinator lookups by [`Client::find_coordinator`]'s own limit.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock: virtual in the deterministic simulator, the OS's monotonic clock otherwise.
+use tokio::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::{Bytes, BytesMut};

@@ -51,6 +51,7 @@ pub mod errors;
 mod group_consumer;
 mod groups;
 pub mod hex;
+pub mod net;
 mod partition_admin;
 pub mod partitioner;
 

@@ -1,9 +1,10 @@
 //! What a metadata node takes from the world around it, behind seams small enough that production and the
 //! deterministic simulator (`crates/annal-sim`, docs/decisions/0011-simulation.md) use the same code:
 //!
-//! - [`Network`] and [`Listener`]: every connection the quorum, the CONTROLLER listener and the crash probes
-//!   make or accept. Production: tokio's TCP ([`TokioNetwork`], `tokio::net::TcpListener`); the simulator:
-//!   turmoil's simulated TCP.
+//! - [`Network`] and [`Listener`] (defined in `annal_client::net`, so the broker's Kafka connections use the
+//!   same seam): every connection the quorum, the CONTROLLER listener and the crash probes make or accept.
+//!   Production: tokio's TCP ([`TokioNetwork`], `tokio::net::TcpListener`); the simulator: turmoil's
+//!   simulated TCP.
 //! - [`DiskIo`]: where the blocking metadata-log I/O runs. Production: tokio's blocking pool, off the async
 //!   workers; the simulator: inline, because a real thread finishing at a wall-clock moment would make the
 //!   order of wake-ups, and so the run, depend on the machine.
@@ -15,59 +16,13 @@
 //! [`NodeEnv::production`] is what `MetadataNode::start` uses.
 
 use std::fmt;
-use std::future::Future;
-use std::io;
-use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 
-use tokio::io::{AsyncRead, AsyncWrite};
-
-/// A boxed, sendable future (the seams are object-safe so nothing above them turns generic).
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// A byte stream to or from a peer: a TCP connection in production, a simulated one in the simulator.
-pub trait Connection: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
-impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Connection for T {}
-
-/// An owned [`Connection`].
-pub type BoxConnection = Box<dyn Connection>;
-
-/// How a node opens connections.
-pub trait Network: Send + Sync + 'static {
-    /// Connects to `addr` ("host:port"; an IPv6 literal in brackets). Timeouts are the caller's.
-    fn connect(&self, addr: String) -> BoxFuture<'static, io::Result<BoxConnection>>;
-}
-
-/// How a server accepts connections.
-pub trait Listener: Send + 'static {
-    fn accept(&mut self) -> BoxFuture<'_, io::Result<(BoxConnection, SocketAddr)>>;
-}
-
-/// The operating system's TCP, through tokio.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct TokioNetwork;
-
-impl Network for TokioNetwork {
-    fn connect(&self, addr: String) -> BoxFuture<'static, io::Result<BoxConnection>> {
-        Box::pin(async move {
-            let stream = tokio::net::TcpStream::connect(addr).await?;
-            // Raft RPCs and controller requests are small request/response exchanges: no Nagle delay.
-            let _ = stream.set_nodelay(true);
-            Ok(Box::new(stream) as BoxConnection)
-        })
-    }
-}
-
-impl Listener for tokio::net::TcpListener {
-    fn accept(&mut self) -> BoxFuture<'_, io::Result<(BoxConnection, SocketAddr)>> {
-        Box::pin(async move {
-            let (stream, peer) = tokio::net::TcpListener::accept(self).await?;
-            let _ = stream.set_nodelay(true);
-            Ok((Box::new(stream) as BoxConnection, peer))
-        })
-    }
-}
+/// The network seam is `annal_client::net`, shared with the broker's Kafka connections (the replica fetchers,
+/// the controller channel); re-exported here so the quorum's code names it as before.
+pub use annal_client::net::{
+    BoxConnection, BoxFuture, Connection, Listener, Network, TokioNetwork,
+};
 
 /// Where blocking disk I/O (appends and fsyncs of the metadata log, snapshots) runs.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -142,4 +97,57 @@ impl fmt::Debug for NodeEnv {
 /// The monotonic clock every decision reads: tokio's, so a paused (simulated) runtime controls it.
 pub(crate) fn now() -> std::time::Instant {
     tokio::time::Instant::now().into_std()
+}
+
+/// Test-only switches, off unless the deterministic simulator turns them on for its own thread: known
+/// replication bugs planted one at a time to show that its invariants catch them (docs/decisions/0011), and
+/// inline blocking disk work for the broker. Nothing in the configuration reaches them; a thread that never
+/// calls [`testing::set_for_this_thread`] (every production thread) sees [`testing::Testing::default`].
+pub mod testing {
+    use std::cell::Cell;
+
+    /// A bug to plant. Each is a real bug Kafka or a Kafka-like system had.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub enum PlantedBug {
+        #[default]
+        Nothing,
+        /// The leader advances the high watermark to its own log end, before the ISR has the data (acks=all
+        /// then acknowledges what only the leader holds).
+        HighWatermarkBeforeIsr,
+        /// A follower truncates its log to its own high watermark when it starts following (pre-KIP-101
+        /// Kafka), instead of to the end of the largest epoch it shares with the leader.
+        TruncateToHighWatermark,
+        /// The controller elects a live replica outside the ISR when the leader goes away, as if unclean
+        /// leader election were on.
+        ElectOutsideIsr,
+    }
+
+    /// What this thread's simulated nodes do differently.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct Testing {
+        pub planted: PlantedBug,
+        /// The broker's blocking disk work (`spawn_blocking` in production) runs inline on the calling task.
+        /// Only for a single-threaded simulation, where a thread finishing at a wall-clock moment would make
+        /// the run depend on the machine.
+        pub inline_disk_io: bool,
+    }
+
+    thread_local! {
+        static TESTING: Cell<Testing> = const { Cell::new(Testing { planted: PlantedBug::Nothing, inline_disk_io: false }) };
+    }
+
+    /// This thread's switches (the defaults on every thread the simulator did not set).
+    pub fn current() -> Testing {
+        TESTING.with(Cell::get)
+    }
+
+    /// True if `bug` is planted on this thread.
+    pub fn planted(bug: PlantedBug) -> bool {
+        bug != PlantedBug::Nothing && current().planted == bug
+    }
+
+    /// Sets this thread's switches (the simulator, before it runs a seed; it resets them after).
+    pub fn set_for_this_thread(testing: Testing) {
+        TESTING.with(|t| t.set(testing));
+    }
 }

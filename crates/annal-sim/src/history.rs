@@ -49,6 +49,8 @@ pub struct History {
     /// won; Raft's safety holds on that pair, but Annal calls the term Kafka's leader epoch (decision 0004),
     /// which Kafka takes to name one leader. Off by default until that is settled; `SIM_STRICT_TERMS=1`.
     pub strict_terms: bool,
+    /// The replication checks' state, when the real brokers run (`Options::brokers`).
+    pub replication: crate::replication::ReplicationHistory,
 }
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
@@ -86,7 +88,7 @@ impl History {
         self.trace.push((at_ms, what));
     }
 
-    fn violate(&mut self, at_ms: u64, why: String) {
+    pub fn violate(&mut self, at_ms: u64, why: String) {
         self.event(at_ms, format!("VIOLATION {why}"));
         self.violations.push(why);
     }

@@ -18,6 +18,7 @@ pub mod faults;
 pub mod history;
 pub mod net;
 mod panic_recorder;
+pub mod replication;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -26,6 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use annal_metadata::controller::ControllerConfig;
+use annal_metadata::env::testing::{self, PlantedBug, Testing};
 use annal_metadata::env::{DiskIo, NodeEnv};
 use annal_metadata::{listener, MetadataNode, MetadataNodeConfig};
 use kafka_protocol::messages::broker_registration_request::{Feature, Listener as BrokerListener};
@@ -44,14 +46,14 @@ use faults::{Fault, Scheduled};
 use history::History;
 use net::{SimListener, SimNetwork};
 
-const VOTERS: i32 = 3;
-const CONTROLLER_PORT: u16 = 9093;
-const BROKER_PORT: u16 = 9092;
-const CLUSTER_ID: &str = "annal-sim-cluster";
+pub(crate) const VOTERS: i32 = 3;
+pub(crate) const CONTROLLER_PORT: u16 = 9093;
+pub(crate) const BROKER_PORT: u16 = 9092;
+pub(crate) const CLUSTER_ID: &str = "annal-sim-cluster";
 /// controller.quorum.election.timeout.ms; each boot of a voter draws its fixed timeout from [t, 2t).
-const ELECTION_TIMEOUT_MS: u64 = 1000;
+pub(crate) const ELECTION_TIMEOUT_MS: u64 = 1000;
 /// How often a voter looks whether it leads (the leader-per-term check samples at this rate).
-const LEADER_SAMPLE: Duration = Duration::from_millis(10);
+pub(crate) const LEADER_SAMPLE: Duration = Duration::from_millis(10);
 /// After the faults end and everything is healed, the cluster has this long to take a write and apply it
 /// everywhere.
 const CONVERGENCE_MAX: Duration = Duration::from_secs(40);
@@ -67,6 +69,9 @@ pub enum Planted {
     /// A crashed voter restarts with an empty data directory: it forgets its vote and its log, and a majority
     /// that includes it may elect a leader that lacks committed entries.
     WipeDiskOnCrash,
+    /// A replication bug planted in the real broker or controller (`annal_metadata::env::testing`); needs
+    /// [`Options::brokers`].
+    Replication(PlantedBug),
 }
 
 /// What one run does.
@@ -80,6 +85,9 @@ pub struct Options {
     pub planted: Planted,
     /// Two leaders in one term fail the run instead of being a finding ([`history::History::strict_terms`]).
     pub strict_terms: bool,
+    /// Run the real brokers (three combined nodes, [`replication`]) with a producing and reading client,
+    /// instead of the metadata voters with a client that plays the brokers.
+    pub brokers: bool,
 }
 
 impl Default for Options {
@@ -89,6 +97,7 @@ impl Default for Options {
             keep_trace: false,
             planted: Planted::Nothing,
             strict_terms: std::env::var("SIM_STRICT_TERMS").is_ok_and(|v| v == "1"),
+            brokers: std::env::var("SIM_BROKERS").is_ok_and(|v| v == "1"),
         }
     }
 }
@@ -103,6 +112,8 @@ pub struct Report {
     pub faults: Vec<Scheduled>,
     pub acked_topics: usize,
     pub acked_registrations: usize,
+    /// acks=all writes the brokers acknowledged (`Options::brokers`).
+    pub acked_writes: usize,
     pub committed_entries: usize,
     /// The highest term any voter led.
     pub max_term: u64,
@@ -137,17 +148,26 @@ impl Report {
             Planted::Nothing => "",
             Planted::ForgetVoteOnCrash => " --plant-forget-vote",
             Planted::WipeDiskOnCrash => " --plant-wipe-disk",
+            Planted::Replication(PlantedBug::HighWatermarkBeforeIsr) => " --plant-hw-before-isr",
+            Planted::Replication(PlantedBug::TruncateToHighWatermark) => " --plant-truncate-to-hw",
+            Planted::Replication(PlantedBug::ElectOutsideIsr) => " --plant-elect-outside-isr",
+            Planted::Replication(PlantedBug::Nothing) => "",
+        };
+        let (env_brokers, flag_brokers) = if self.options.brokers {
+            ("SIM_BROKERS=1 ", " --brokers")
+        } else {
+            ("", "")
         };
         let test = if self.options.planted == Planted::Nothing {
             format!(
-                "{env_strict}SIM_SEED={seed} SIM_SECONDS={seconds} cargo test --release -p annal-sim --test seeds -- --nocapture\n  or ",
+                "{env_strict}{env_brokers}SIM_SEED={seed} SIM_SECONDS={seconds} cargo test --release -p annal-sim --test seeds -- --nocapture\n  or ",
                 seed = self.seed
             )
         } else {
             String::new()
         };
         format!(
-            "{test}cargo run --release -p annal-sim -- --seed {seed} --seconds {seconds}{flag_strict}{flag_planted} --trace",
+            "{test}cargo run --release -p annal-sim -- --seed {seed} --seconds {seconds}{flag_brokers}{flag_strict}{flag_planted} --trace",
             seed = self.seed
         )
     }
@@ -155,16 +175,16 @@ impl Report {
 
 /// What the hosts and the driver share. The simulation runs on one thread; the mutexes only satisfy the
 /// `Send + Sync` the production seams ask for.
-struct Shared {
-    seed: u64,
-    dir: PathBuf,
-    history: Arc<Mutex<History>>,
+pub(crate) struct Shared {
+    pub(crate) seed: u64,
+    pub(crate) dir: PathBuf,
+    pub(crate) history: Arc<Mutex<History>>,
     /// Draws each voter boot's election timeout, in boot order (deterministic: one thread, seeded).
-    boots: Mutex<StdRng>,
+    pub(crate) boots: Mutex<StdRng>,
     /// Clock jumps waiting for a voter to take them.
-    clock_jumps: Mutex<BTreeMap<i32, u64>>,
-    healed: AtomicBool,
-    final_acked: AtomicBool,
+    pub(crate) clock_jumps: Mutex<BTreeMap<i32, u64>>,
+    pub(crate) healed: AtomicBool,
+    pub(crate) final_acked: AtomicBool,
 }
 
 /// Moves tokio's process-wide task-id counter to the next multiple of 64. A current-thread runtime keeps its
@@ -204,11 +224,11 @@ fn data_root() -> PathBuf {
     }
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     turmoil::sim_elapsed().map_or(0, |d| d.as_millis() as u64)
 }
 
-fn host(n: i32) -> String {
+pub(crate) fn host(n: i32) -> String {
     format!("c{n}")
 }
 
@@ -226,6 +246,15 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
     let _one = ONE_AT_A_TIME.lock();
     align_task_ids();
     let _recording = panic_recorder::Recording::start();
+    // The real broker's blocking disk work runs inline on this thread, and a planted replication bug (if any)
+    // is on for this run only.
+    let _testing = TestingGuard::set(Testing {
+        planted: match options.planted {
+            Planted::Replication(bug) => bug,
+            _ => PlantedBug::Nothing,
+        },
+        inline_disk_io: true,
+    });
     let wall = Instant::now();
     let dir = tempfile::Builder::new()
         .prefix("annal-sim-")
@@ -263,9 +292,17 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
         .build();
     for n in 1..=VOTERS {
         let shared = shared.clone();
-        sim.host(host(n), move || voter(shared.clone(), n));
+        if options.brokers {
+            sim.host(host(n), move || replication::node(shared.clone(), n));
+        } else {
+            sim.host(host(n), move || voter(shared.clone(), n));
+        }
     }
-    sim.client("client", workload(shared.clone()));
+    if options.brokers {
+        sim.client("client", replication::workload(shared.clone()));
+    } else {
+        sim.client("client", workload(shared.clone()));
+    }
     shared.history.lock().event(
         0,
         format!(
@@ -308,6 +345,29 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
             }
             break;
         }
+        if options.brokers {
+            let elapsed = sim.elapsed();
+            if elapsed.as_millis() % 50 == 0 {
+                replication::sample_epochs(&shared, now_ms_of(&sim));
+            }
+            let quiesced = shared.history.lock().replication.quiesced;
+            if quiesced && elapsed.as_millis() % 100 == 0 {
+                let done = *done_at.get_or_insert(elapsed);
+                if replication::converged(&shared) && metadata_everywhere(&shared) {
+                    replication::check_final(&shared, now_ms_of(&sim));
+                    break;
+                }
+                if elapsed > done + CONVERGENCE_MAX {
+                    let at = now_ms_of(&sim);
+                    let state = replication::describe_partitions(&shared);
+                    shared.history.lock().not_converged(
+                        at,
+                        format!("the partitions did not converge within {CONVERGENCE_MAX:?} of the writes' end: {state}"),
+                    );
+                    break;
+                }
+            }
+        }
         match step {
             Ok(finished) => client_done |= finished,
             Err(e) => {
@@ -330,18 +390,7 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
             }
             // The acknowledged write must reach every voter's image.
             let done = done_at.get_or_insert(sim.elapsed());
-            let history = shared.history.lock();
-            let last = history.committed.keys().next_back().copied();
-            let everywhere = (1..=VOTERS).all(|n| {
-                history
-                    .applied
-                    .get(&n)
-                    .and_then(|s| s.last())
-                    .map(|a| a.index)
-                    == last
-            });
-            drop(history);
-            if everywhere {
+            if metadata_everywhere(&shared) {
                 break;
             }
             if sim.elapsed() > *done + Duration::from_secs(10) {
@@ -369,6 +418,7 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
         faults: schedule.clone(),
         acked_topics: history.acked_topics.len(),
         acked_registrations: history.acked_registrations.len(),
+        acked_writes: history.replication.acked.len(),
         committed_entries: history.committed.len(),
         max_term: history.leaders.keys().next_back().copied().unwrap_or(0),
         simulated,
@@ -387,11 +437,41 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
     }
 }
 
+/// True when every voter has applied the last committed metadata entry.
+fn metadata_everywhere(shared: &Shared) -> bool {
+    let history = shared.history.lock();
+    let last = history.committed.keys().next_back().copied();
+    (1..=VOTERS).all(|n| {
+        history
+            .applied
+            .get(&n)
+            .and_then(|s| s.last())
+            .map(|a| a.index)
+            == last
+    })
+}
+
+/// Sets this thread's test switches for one run and puts the defaults back after it.
+struct TestingGuard;
+
+impl TestingGuard {
+    fn set(t: Testing) -> TestingGuard {
+        testing::set_for_this_thread(t);
+        TestingGuard
+    }
+}
+
+impl Drop for TestingGuard {
+    fn drop(&mut self) {
+        testing::set_for_this_thread(Testing::default());
+    }
+}
+
 /// What a planted fault does to voter `n`'s disk right after its crash.
 fn plant(shared: &Shared, planted: Planted, n: i32, at: u64) {
     let data = shared.dir.join(host(n));
     let removed = match planted {
-        Planted::Nothing => return,
+        Planted::Nothing | Planted::Replication(_) => return,
         Planted::ForgetVoteOnCrash => std::fs::remove_file(
             data.join(annal_metadata::raft::METADATA_LOG_DIR)
                 .join("quorum-state"),

@@ -4,14 +4,22 @@
 //! prints its trace); `--seconds T` sets the simulated time with faults (default 30); `--twice` runs every seed
 //! twice and fails it if the two traces' hashes differ; `--plant-forget-vote` / `--plant-wipe-disk` plant a
 //! fault Raft does not survive (crashed voters lose their vote / their whole disk), to watch the checks catch it;
-//! `--strict-terms` (or `SIM_STRICT_TERMS=1`) fails a seed on two leaders in one term instead of reporting it.
+//! `--strict-terms` (or `SIM_STRICT_TERMS=1`) fails a seed on two leaders in one term instead of reporting it;
+//! `--brokers` (or `SIM_BROKERS=1`) runs the real brokers (three combined nodes) with producers and a reader,
+//! where `--plant-hw-before-isr`, `--plant-truncate-to-hw` and `--plant-elect-outside-isr` plant a replication
+//! bug in the real code.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use annal_metadata::env::testing::PlantedBug;
 use annal_sim::{run_seed, Options, Planted};
 
 fn main() -> ExitCode {
+    if std::env::var_os("RUST_LOG").is_some() {
+        // The nodes' own logs on stderr (`RUST_LOG=warn`, `RUST_LOG=annal_broker=info`): for reading a replay.
+        annal_broker::init_tracing();
+    }
     let mut args = std::env::args().skip(1);
     let (mut seeds, mut from, mut one, mut trace, mut twice) = (10u64, 0u64, None, false, false);
     let mut options = Options::default();
@@ -31,8 +39,18 @@ fn main() -> ExitCode {
             "--strict-terms" => options.strict_terms = true,
             "--plant-forget-vote" => options.planted = Planted::ForgetVoteOnCrash,
             "--plant-wipe-disk" => options.planted = Planted::WipeDiskOnCrash,
+            "--brokers" => options.brokers = true,
+            "--plant-hw-before-isr" => {
+                options.planted = Planted::Replication(PlantedBug::HighWatermarkBeforeIsr)
+            }
+            "--plant-truncate-to-hw" => {
+                options.planted = Planted::Replication(PlantedBug::TruncateToHighWatermark)
+            }
+            "--plant-elect-outside-isr" => {
+                options.planted = Planted::Replication(PlantedBug::ElectOutsideIsr)
+            }
             other => {
-                eprintln!("unknown argument {other}; usage: annal-sim [--seeds N] [--from S] [--seed S] [--seconds T] [--trace] [--twice] [--strict-terms] [--plant-forget-vote|--plant-wipe-disk]");
+                eprintln!("unknown argument {other}; usage: annal-sim [--seeds N] [--from S] [--seed S] [--seconds T] [--trace] [--twice] [--strict-terms] [--brokers] [--plant-forget-vote|--plant-wipe-disk|--plant-hw-before-isr|--plant-truncate-to-hw|--plant-elect-outside-isr]");
                 return ExitCode::from(2);
             }
         }
@@ -95,13 +113,14 @@ fn main() -> ExitCode {
         }
         if one.is_some() || !report.passed() {
             println!(
-                "seed {seed}: trace hash {:016x}, {} events, {} faults, {} topics and {} registrations acknowledged, \
-                 {} entries committed, highest term {}, {:?} simulated in {:?}",
+                "seed {seed}: trace hash {:016x}, {} events, {} faults, {} topics, {} registrations and {} acks=all \
+                 writes acknowledged, {} entries committed, highest term {}, {:?} simulated in {:?}",
                 report.trace_hash,
                 report.events,
                 report.faults.len(),
                 report.acked_topics,
                 report.acked_registrations,
+                report.acked_writes,
                 report.committed_entries,
                 report.max_term,
                 report.simulated,

@@ -16,6 +16,20 @@ impl Network for SimNetwork {
             Ok(Box::new(stream) as BoxConnection)
         })
     }
+
+    fn bind(&self, addr: String) -> BoxFuture<'static, io::Result<Box<dyn Listener>>> {
+        Box::pin(async move {
+            // turmoil binds a port on the current host; the host part of `addr` is this host's name.
+            let port = addr
+                .rsplit_once(':')
+                .and_then(|(_, p)| p.parse::<u16>().ok())
+                .ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::InvalidInput, format!("no port in {addr}"))
+                })?;
+            let listener = turmoil::net::TcpListener::bind(("0.0.0.0", port)).await?;
+            Ok(Box::new(SimListener(listener)) as Box<dyn Listener>)
+        })
+    }
 }
 
 /// A turmoil listener behind annal-metadata's [`Listener`] seam (a local wrapper: both are foreign here).

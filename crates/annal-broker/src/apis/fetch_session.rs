@@ -108,7 +108,7 @@ impl FetchSessions {
             Session {
                 epoch: 1,
                 parts: parts.into_iter().collect(),
-                last_used: Instant::now(),
+                last_used: clock_now(),
             },
         );
         id
@@ -132,7 +132,7 @@ impl FetchSessions {
             return Err(super::code::INVALID_FETCH_SESSION_EPOCH);
         }
         session.epoch = next_epoch(epoch);
-        session.last_used = Instant::now();
+        session.last_used = clock_now();
         for (key, offset, max_bytes) in requested {
             let entry = session.parts.entry(key.clone()).or_insert(Cached {
                 fetch_offset: *offset,
@@ -188,4 +188,9 @@ impl FetchSessions {
         cached.last_stable_offset = last_stable_offset;
         news
     }
+}
+
+/// The monotonic clock: tokio's, so a paused (simulated) runtime controls it; the OS's otherwise.
+fn clock_now() -> Instant {
+    tokio::time::Instant::now().into_std()
 }

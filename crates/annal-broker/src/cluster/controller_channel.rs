@@ -5,12 +5,14 @@
 //! every couple of seconds plus rare admin requests, so a pipeline would buy nothing.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use kafka_protocol::protocol::Request;
 use tokio::sync::{watch, Mutex};
 
+use annal_client::net::{Network, TokioNetwork};
 use annal_client::{Connection, ConnectionOptions};
 
 /// Kafka's NOT_CONTROLLER: the node asked is not (or no longer) the active controller.
@@ -31,6 +33,8 @@ pub struct ControllerChannel {
     /// How long one request may wait for its answer (the lease channel's is below the session timeout, so a
     /// hung controller costs a heartbeat or two, never the lease).
     request_timeout: Duration,
+    /// How connections are opened (the OS's TCP unless the broker runs in the simulator).
+    network: Arc<dyn Network>,
 }
 
 impl ControllerChannel {
@@ -50,7 +54,14 @@ impl ControllerChannel {
             conn: Mutex::new(None),
             guess: std::sync::atomic::AtomicUsize::new(0),
             request_timeout,
+            network: Arc::new(TokioNetwork),
         }
+    }
+
+    /// Opens its connections through `network` instead of the OS's TCP.
+    pub fn with_network(mut self, network: Arc<dyn Network>) -> Self {
+        self.network = network;
+        self
     }
 
     /// The controller this channel would talk to now: the known leader, else the first voter.
@@ -111,6 +122,7 @@ impl ControllerChannel {
             connect_timeout: CONNECT_TIMEOUT,
             request_timeout: self.request_timeout,
             client_id: "annal-broker".into(),
+            network: self.network.clone(),
             ..ConnectionOptions::default()
         }
     }

@@ -24,6 +24,11 @@ const ISR_TICK: Duration = Duration::from_millis(200);
 /// How long a partition whose ISR change the controller refused waits before proposing again (the image
 /// usually explains the refusal by then: a newer partition epoch, a fenced replica).
 const REFUSED_BACKOFF: Duration = Duration::from_secs(1);
+/// How long one AlterPartition may wait for the controller. Every ISR change of this broker waits behind it (one
+/// request at a time, each partition with its change pending), so it must be short: the admin channel's 60 s let
+/// a request lost to a partition hold every ISR expansion for a minute after the network healed (found by the
+/// simulator: `annal-sim --brokers --seed 2 --seconds 60`).
+const ALTER_PARTITION_TIMEOUT: Duration = Duration::from_secs(5);
 /// AlterPartition v3 names ISR members with their broker epochs (KIP-903).
 const ALTER_PARTITION_VERSION: i16 = 3;
 
@@ -39,6 +44,7 @@ pub async fn run(
     let mut refused: HashMap<(Uuid, i32), tokio::time::Instant> = HashMap::new();
     loop {
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(ISR_TICK) => {}
             _ = crate::stopped(&mut stop) => return,
         }
@@ -47,7 +53,8 @@ pub async fn run(
             continue;
         }
         let image = images.borrow().clone();
-        let now = crate::now_ms();
+        // The monotonic clock, as the follower progress it is compared with (`crate::monotonic_ms`).
+        let now = crate::monotonic_ms();
         let instant = tokio::time::Instant::now();
         refused.retain(|_, until| *until > instant);
         let proposals: Vec<(Arc<Partition>, crate::replica::IsrChange)> = replica_manager
@@ -118,7 +125,16 @@ async fn send(
         .with_broker_epoch(broker_epoch)
         .with_topics(topics);
     let answer = tokio::select! {
-        r = channel.send(&request, ALTER_PARTITION_VERSION) => r,
+        biased;
+        r = tokio::time::timeout(ALTER_PARTITION_TIMEOUT, channel.send(&request, ALTER_PARTITION_VERSION)) => match r {
+            Ok(r) => r,
+            Err(_) => {
+                // The connection may hold the late answer: drop it, so the next request starts clean (and
+                // goes to whichever voter leads by then).
+                channel.reset().await;
+                Err(anyhow::anyhow!("the controller did not answer AlterPartition within {ALTER_PARTITION_TIMEOUT:?}"))
+            }
+        },
         _ = crate::stopped(stop) => Err(anyhow::anyhow!("shutting down")),
     };
     let response = match answer {

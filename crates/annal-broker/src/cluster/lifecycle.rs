@@ -101,6 +101,7 @@ pub async fn run(
                 Err(e) => {
                     tracing::debug!(error = %format!("{e:#}"), "registration failed; retrying");
                     tokio::select! {
+                        biased;
                         _ = tokio::time::sleep(RETRY_BACKOFF) => {}
                         _ = want_shutdown.changed() => {}
                     }
@@ -174,6 +175,7 @@ pub async fn run(
             config.heartbeat_interval
         };
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(pause) => {}
             _ = want_shutdown.changed(), if !shutting_down => {}
         }

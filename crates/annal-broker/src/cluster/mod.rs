@@ -85,7 +85,11 @@ pub struct ClusterRuntime {
 impl ClusterRuntime {
     /// Starts the metadata node (binding the controller listener on a voter) and the controller listener.
     /// The replica manager is not needed yet: [`ClusterRuntime::attach`] starts the parts that use it.
-    pub async fn start(config: &BrokerConfig, cluster_id: &str) -> anyhow::Result<ClusterRuntime> {
+    pub async fn start(
+        config: &BrokerConfig,
+        cluster_id: &str,
+        env: &crate::BrokerEnv,
+    ) -> anyhow::Result<ClusterRuntime> {
         let cluster = &config.cluster;
         let (stop, stop_rx) = watch::channel(false);
         let mut voters: BTreeMap<i32, String> = cluster
@@ -99,16 +103,24 @@ impl ClusterRuntime {
             "controller.quorum.voters is empty: Annal needs a static voter set (id@host:port,...)"
         );
         let controller_listener = match cluster.controller_listener() {
-            Some(l) if cluster.roles.controller => {
-                Some(bind_controller_listener(l, cluster.implicit_single_node).await?)
-            }
+            Some(l) if cluster.roles.controller => Some(match &env.network {
+                None => crate::BrokerListener::Tcp(
+                    bind_controller_listener(l, cluster.implicit_single_node).await?,
+                ),
+                Some(network) => {
+                    let bind = l.bind.to_string();
+                    crate::BrokerListener::Seam(network.bind(bind.clone()).await.with_context(
+                        || format!("cannot bind the controller listener {} on {bind}", l.name),
+                    )?)
+                }
+            }),
             _ => None,
         };
-        if let Some(listener) = &controller_listener {
+        if let Some(addr) = controller_listener.as_ref().and_then(|l| l.local_addr()) {
             // A zero-configuration node's own listener may have moved to an ephemeral port (it is loopback
             // and only this process uses it): the one voter is wherever it is bound.
             if cluster.implicit_single_node {
-                voters.insert(cluster.node_id, listener.local_addr()?.to_string());
+                voters.insert(cluster.node_id, addr.to_string());
             }
         }
         let advertised_addr = match (&controller_listener, cluster.controller_listener()) {
@@ -123,45 +135,64 @@ impl ClusterRuntime {
             },
         };
         let defaults = ControllerConfig::default();
-        let node = MetadataNode::start(MetadataNodeConfig {
-            node_id: cluster.node_id,
-            cluster_id: cluster_id.to_string(),
-            voters: voters.clone(),
-            advertised_addr,
-            data_dir: config.data_dir.clone(),
-            election_timeout_ms: cluster.quorum.election_timeout_ms,
-            controller: ControllerConfig {
-                session_timeout: Duration::from_millis(cluster.lease.session_timeout_ms),
-                heartbeat_interval: Duration::from_millis(cluster.lease.heartbeat_interval_ms),
-                default_replication_factor: config.default_replication_factor,
-                num_partitions: config.num_partitions,
-                seed: rand::random(),
-                local_node_id: cluster.roles.broker.then_some(cluster.node_id),
-                // The broker's own table of topic settings, so a bad value gets the same answer in a cluster as
-                // it did on a single node.
-                topic_config_validator: |name, value| {
-                    crate::topic_config::validate(name, Some(value))
+        let mut node_env = env.node.clone();
+        if let Some(network) = &env.network {
+            node_env.network = network.clone();
+        }
+        let node = MetadataNode::start_in(
+            MetadataNodeConfig {
+                node_id: cluster.node_id,
+                cluster_id: cluster_id.to_string(),
+                voters: voters.clone(),
+                advertised_addr,
+                data_dir: config.data_dir.clone(),
+                election_timeout_ms: cluster.quorum.election_timeout_ms,
+                controller: ControllerConfig {
+                    session_timeout: Duration::from_millis(cluster.lease.session_timeout_ms),
+                    heartbeat_interval: Duration::from_millis(cluster.lease.heartbeat_interval_ms),
+                    default_replication_factor: config.default_replication_factor,
+                    num_partitions: config.num_partitions,
+                    seed: env.controller_seed(),
+                    local_node_id: cluster.roles.broker.then_some(cluster.node_id),
+                    // The broker's own table of topic settings, so a bad value gets the same answer in a cluster as
+                    // it did on a single node.
+                    topic_config_validator: |name, value| {
+                        crate::topic_config::validate(name, Some(value))
+                    },
+                    min_insync_replicas: config.min_insync_replicas,
+                    unclean_leader_election_enable: cluster
+                        .replication
+                        .unclean_leader_election_enable,
+                    auto_leader_rebalance_enable: cluster.elections.auto_leader_rebalance_enable,
+                    leader_imbalance_check_interval: Duration::from_secs(
+                        cluster.elections.leader_imbalance_check_interval_seconds,
+                    ),
+                    leader_imbalance_per_broker_percentage: cluster
+                        .elections
+                        .leader_imbalance_per_broker_percentage,
+                    ..defaults
                 },
-                min_insync_replicas: config.min_insync_replicas,
-                unclean_leader_election_enable: cluster.replication.unclean_leader_election_enable,
-                auto_leader_rebalance_enable: cluster.elections.auto_leader_rebalance_enable,
-                leader_imbalance_check_interval: Duration::from_secs(
-                    cluster.elections.leader_imbalance_check_interval_seconds,
-                ),
-                leader_imbalance_per_broker_percentage: cluster
-                    .elections
-                    .leader_imbalance_per_broker_percentage,
-                ..defaults
             },
-        })
+            node_env,
+        )
         .await?;
-        if let Some(listener) = controller_listener {
-            tracing::info!(addr = %listener.local_addr()?, "controller listener started");
-            tokio::spawn(annal_metadata::listener::serve(
-                listener,
-                node.clone(),
-                stop_rx.clone(),
-            ));
+        match controller_listener {
+            Some(crate::BrokerListener::Tcp(listener)) => {
+                tracing::info!(addr = %listener.local_addr()?, "controller listener started");
+                tokio::spawn(annal_metadata::listener::serve(
+                    listener,
+                    node.clone(),
+                    stop_rx.clone(),
+                ));
+            }
+            Some(crate::BrokerListener::Seam(listener)) => {
+                tokio::spawn(annal_metadata::listener::serve(
+                    listener,
+                    node.clone(),
+                    stop_rx.clone(),
+                ));
+            }
+            None => {}
         }
         let voters_u64 = voters
             .iter()
@@ -169,19 +200,21 @@ impl ClusterRuntime {
             .collect();
         // Admin requests wait for the controller's commit and the broker's own timeouts (30 s and more for
         // CreateTopics with many partitions); a heartbeat must fail well within the session timeout.
-        let channel = Arc::new(ControllerChannel::new(
-            voters_u64,
-            node.watch_leader(),
-            ADMIN_REQUEST_TIMEOUT,
-        ));
-        let lease_channel = Arc::new(ControllerChannel::new(
-            voters
-                .iter()
-                .map(|(id, a)| (*id as u64, a.clone()))
-                .collect(),
-            node.watch_leader(),
-            heartbeat_request_timeout(&cluster.lease),
-        ));
+        let channel = Arc::new(
+            ControllerChannel::new(voters_u64, node.watch_leader(), ADMIN_REQUEST_TIMEOUT)
+                .with_network(env.connector()),
+        );
+        let lease_channel = Arc::new(
+            ControllerChannel::new(
+                voters
+                    .iter()
+                    .map(|(id, a)| (*id as u64, a.clone()))
+                    .collect(),
+                node.watch_leader(),
+                heartbeat_request_timeout(&cluster.lease),
+            )
+            .with_network(env.connector()),
+        );
         let (want_shutdown, _) = watch::channel(false);
         let (_, lease) = watch::channel(LeaseState::default());
         let client_listener_name = cluster
@@ -212,6 +245,7 @@ impl ClusterRuntime {
         replica_manager: Arc<ReplicaManager>,
         listeners: Vec<Endpoint>,
         previous_broker_epoch: i64,
+        env: &crate::BrokerEnv,
     ) -> anyhow::Result<()> {
         let (offset_tx, offset_rx) = watch::channel(-1i64);
         let (lease_tx, lease_rx) = watch::channel(LeaseState::default());
@@ -223,13 +257,16 @@ impl ClusterRuntime {
         ));
         let mut applied_rx = self.applied.subscribe();
         let epoch_of = lease_rx.clone();
-        let fetchers = Arc::new(ReplicaFetchers::new(
-            config.cluster.node_id,
-            config.replica_fetch.clone(),
-            Arc::new(move || epoch_of.borrow().broker_epoch),
-            tokio::runtime::Handle::current(),
-            self.stop.subscribe(),
-        ));
+        let fetchers = Arc::new(
+            ReplicaFetchers::new(
+                config.cluster.node_id,
+                config.replica_fetch.clone(),
+                Arc::new(move || epoch_of.borrow().broker_epoch),
+                tokio::runtime::Handle::current(),
+                self.stop.subscribe(),
+            )
+            .with_network(env.connector()),
+        );
         *self.fetchers.lock() = Some(fetchers.clone());
         tokio::spawn(isr::run(
             replica_manager.clone(),
@@ -251,7 +288,7 @@ impl ClusterRuntime {
         let lifecycle = LifecycleConfig {
             node_id: config.cluster.node_id,
             cluster_id: cluster_id.to_string(),
-            incarnation_id: uuid::Uuid::new_v4(),
+            incarnation_id: env.incarnation_id(config.cluster.node_id),
             listeners,
             rack: config.cluster.rack.clone(),
             previous_broker_epoch,
@@ -482,6 +519,7 @@ async fn report_offsets(
             .map_or(-1, |o| i64::try_from(o).unwrap_or(i64::MAX));
         offset.send_replace(applied);
         tokio::select! {
+            biased;
             changed = images.changed() => if changed.is_err() { return },
             _ = crate::stopped(&mut stop) => return,
         }
@@ -505,6 +543,7 @@ async fn watch_image(
     mut stop: watch::Receiver<bool>,
 ) {
     tokio::select! {
+        biased;
         caught_up = lease.wait_for(|l| l.broker_epoch >= 0 && !l.fenced) => if caught_up.is_err() { return },
         _ = crate::stopped(&mut stop) => return,
     }
@@ -513,7 +552,7 @@ async fn watch_image(
         let rm = replica_manager.clone();
         let img = image.clone();
         let (f, listener) = (fetchers.clone(), inter_broker_listener.clone());
-        let result = tokio::task::spawn_blocking(move || {
+        let result = crate::blocking_caught(move || {
             apply::apply_image(&rm, &img, Some((&f, listener.as_str())))
         })
         .await;
@@ -542,6 +581,7 @@ async fn watch_image(
             }
         }
         tokio::select! {
+            biased;
             changed = images.changed() => if changed.is_err() { return },
             _ = crate::stopped(&mut stop) => return,
         }

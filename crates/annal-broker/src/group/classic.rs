@@ -450,7 +450,7 @@ pub(super) struct Loaded {
 /// Replays `part` (partition `partition` of `__consumer_offsets`) into groups. The log is a compacted topic the
 /// broker's log cleaner keeps small (decision 0002), so a replay reads about the live records. Blocking.
 pub(super) fn load(part: &Partition, partition: u32) -> anyhow::Result<Loaded> {
-    let now = Instant::now();
+    let now = super::clock_now();
     let groups = std::cell::RefCell::new(HashMap::new());
     let open: std::cell::RefCell<HashMap<i64, super::txn_offsets::PendingOffsets>> =
         Default::default();
@@ -539,7 +539,7 @@ impl State {
                 closed: false,
                 num_partitions: config.offsets_topic_num_partitions,
             },
-            next_retention_check: Instant::now()
+            next_retention_check: super::clock_now()
                 + Duration::from_millis(config.offsets_retention_check_interval_ms),
             config,
             txn_pending: Default::default(),

@@ -450,7 +450,7 @@ impl GroupCoordinator {
         }
         let (outcome, syncs) = {
             let mut state = self.shared.state.lock();
-            let outcome = state.join_group(req, api_version, client, Instant::now());
+            let outcome = state.join_group(req, api_version, client, clock_now());
             (outcome, state.take_waits())
         };
         self.after_change(syncs).await;
@@ -469,7 +469,7 @@ impl GroupCoordinator {
         }
         let (outcome, syncs) = {
             let mut state = self.shared.state.lock();
-            let outcome = state.sync_group(req, api_version, Instant::now());
+            let outcome = state.sync_group(req, api_version, clock_now());
             (outcome, state.take_waits())
         };
         self.after_change(syncs).await;
@@ -487,7 +487,7 @@ impl GroupCoordinator {
         }
         let (error, syncs) = {
             let mut state = self.shared.state.lock();
-            let error = state.heartbeat(&req, Instant::now());
+            let error = state.heartbeat(&req, clock_now());
             (error, state.take_waits())
         };
         self.after_change(syncs).await;
@@ -504,7 +504,7 @@ impl GroupCoordinator {
         }
         let (resp, syncs) = {
             let mut state = self.shared.state.lock();
-            let resp = state.leave_group(req, api_version, Instant::now());
+            let resp = state.leave_group(req, api_version, clock_now());
             (resp, state.take_waits())
         };
         self.after_change(syncs).await;
@@ -534,7 +534,7 @@ impl GroupCoordinator {
             .collect();
         let (mut resp, syncs) = {
             let mut state = self.shared.state.lock();
-            let resp = state.offset_commit(req, api_version, topics, Instant::now());
+            let resp = state.offset_commit(req, api_version, topics, clock_now());
             (resp, state.take_waits())
         };
         if !self.after_change(syncs).await {
@@ -771,7 +771,7 @@ impl GroupCoordinator {
         }
         let (resp, syncs) = {
             let mut state = self.shared.state.lock();
-            let resp = state.consumer_heartbeat(req, api_version, client, topics, Instant::now());
+            let resp = state.consumer_heartbeat(req, api_version, client, topics, clock_now());
             (resp, state.take_waits())
         };
         self.after_change(syncs).await;
@@ -821,7 +821,7 @@ impl GroupCoordinator {
         }
         let (resp, syncs) = {
             let mut state = self.shared.state.lock();
-            let resp = state.txn_offset_commit(req.clone(), topics, Instant::now());
+            let resp = state.txn_offset_commit(req.clone(), topics, clock_now());
             (resp, state.take_waits())
         };
         if !self.after_change(syncs).await {
@@ -936,6 +936,7 @@ async fn wait_for_high_watermark(
             (tokio::time::Instant::now() + HIGH_WATERMARK_POLL).min(deadline)
         };
         tokio::select! {
+            biased;
             _ = waiter.notified() => {}
             _ = tokio::time::sleep_until(until) => {}
         }
@@ -1033,8 +1034,14 @@ fn reconcile(shared: &Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>> {
         .into_iter()
         .map(|(partition, leader_epoch, part)| {
             let shared = shared.clone();
-            tokio::task::spawn_blocking(move || {
-                load_partition(&shared, partition, leader_epoch, part)
+            tokio::spawn(async move {
+                let loaded = crate::blocking_caught(move || {
+                    load_partition(&shared, partition, leader_epoch, part)
+                })
+                .await;
+                if let Err(e) = loaded {
+                    tracing::error!(partition, error = %e, "loading a __consumer_offsets partition failed");
+                }
             })
         })
         .collect()
@@ -1042,7 +1049,7 @@ fn reconcile(shared: &Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>> {
 
 /// Replays one partition and installs its groups, unless leadership moved meanwhile. Blocking.
 fn load_partition(shared: &Arc<Shared>, partition: u32, leader_epoch: i32, part: Arc<Partition>) {
-    let started = Instant::now();
+    let started = clock_now();
     match classic::load(&part, partition) {
         Ok(loaded) => {
             let groups = loaded.groups.len();
@@ -1077,7 +1084,7 @@ async fn timer_task(shared: Weak<Shared>) {
         drop(reconcile(&strong));
         let (next, syncs, closed) = {
             let mut state = strong.state.lock();
-            let next = state.on_timer(Instant::now());
+            let next = state.on_timer(clock_now());
             (next, state.take_waits(), state.is_closed())
         };
         if closed {
@@ -1088,11 +1095,12 @@ async fn timer_task(shared: Weak<Shared>) {
             tokio::spawn(async move { run_waits(&s, syncs).await });
         }
         let sleep_for = next
-            .map(|n| n.saturating_duration_since(Instant::now()))
+            .map(|n| n.saturating_duration_since(clock_now()))
             .unwrap_or(Duration::from_secs(1))
             .min(Duration::from_secs(1));
         let notified = strong.wake.notified();
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(sleep_for) => {}
             _ = notified => {}
         }
@@ -1133,4 +1141,9 @@ pub(crate) fn wall_ms_now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The monotonic clock: tokio's, so a paused (simulated) runtime controls it; the OS's otherwise.
+pub(crate) fn clock_now() -> Instant {
+    tokio::time::Instant::now().into_std()
 }

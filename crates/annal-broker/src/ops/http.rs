@@ -98,6 +98,7 @@ pub async fn serve(
     let builder = Arc::new(builder);
     loop {
         tokio::select! {
+            biased;
             accepted = listener.accept() => {
                 let (stream, peer) = match accepted {
                     Ok(a) => a,

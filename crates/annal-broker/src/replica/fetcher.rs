@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use annal_client::net::{Network, TokioNetwork};
 use annal_client::{Connection, ConnectionOptions};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
 use kafka_protocol::messages::fetch_response::PartitionData;
@@ -69,7 +70,10 @@ pub struct ReplicaFetchers {
     broker_epoch: Arc<dyn Fn() -> i64 + Send + Sync>,
     runtime: tokio::runtime::Handle,
     stop: watch::Receiver<bool>,
-    fetchers: Mutex<HashMap<(i32, usize), FetcherHandle>>,
+    /// Ordered, so shutting down aborts the tasks in the same order every run (the simulator replays runs).
+    fetchers: Mutex<BTreeMap<(i32, usize), FetcherHandle>>,
+    /// How connections to leaders are opened (the OS's TCP unless the broker runs in the simulator).
+    network: Arc<dyn Network>,
 }
 
 impl ReplicaFetchers {
@@ -87,8 +91,15 @@ impl ReplicaFetchers {
             broker_epoch,
             runtime,
             stop,
-            fetchers: Mutex::new(HashMap::new()),
+            fetchers: Mutex::new(BTreeMap::new()),
+            network: Arc::new(TokioNetwork),
         }
+    }
+
+    /// Opens connections to leaders through `network` instead of the OS's TCP.
+    pub fn with_network(mut self, network: Arc<dyn Network>) -> Self {
+        self.network = network;
+        self
     }
 
     fn slot(&self, topic: &str, index: i32) -> usize {
@@ -142,7 +153,7 @@ impl ReplicaFetchers {
     /// Removes `key` from every fetcher but `keep`; fetchers left with no partition stop.
     fn remove_locked(
         &self,
-        fetchers: &mut HashMap<(i32, usize), FetcherHandle>,
+        fetchers: &mut BTreeMap<(i32, usize), FetcherHandle>,
         key: &PartitionKey,
         keep: Option<(i32, usize)>,
     ) {
@@ -180,7 +191,7 @@ impl ReplicaFetchers {
 
     /// Stops every fetcher.
     pub fn shutdown(&self) {
-        for (_, f) in self.fetchers.lock().drain() {
+        for (_, f) in std::mem::take(&mut *self.fetchers.lock()) {
             f.task.abort();
         }
     }
@@ -203,6 +214,7 @@ impl ReplicaFetchers {
             changed: changed.clone(),
             stop: self.stop.clone(),
             backoff_until: HashMap::new(),
+            network: self.network.clone(),
         };
         tracing::info!(leader, %addr, "starting a replica fetcher");
         FetcherHandle {
@@ -231,6 +243,7 @@ struct FetcherTask {
     stop: watch::Receiver<bool>,
     /// Partitions sitting out after an error, until then.
     backoff_until: HashMap<PartitionKey, tokio::time::Instant>,
+    network: Arc<dyn Network>,
 }
 
 impl FetcherTask {
@@ -254,6 +267,7 @@ impl FetcherTask {
                 .collect();
             if wanted.is_empty() {
                 tokio::select! {
+                    biased;
                     _ = self.changed.notified() => {}
                     _ = tokio::time::sleep(PARTITION_BACKOFF) => {}
                     _ = crate::stopped(&mut self.stop) => return,
@@ -289,6 +303,7 @@ impl FetcherTask {
                 .collect();
             let request = self.request(&asked, version);
             let sent = tokio::select! {
+                biased;
                 r = c.send_version(&request, version) => r,
                 _ = crate::stopped(&mut self.stop) => return,
             };
@@ -353,6 +368,7 @@ impl FetcherTask {
 
     async fn pause(&mut self, d: Duration) {
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(d) => {}
             _ = crate::stopped(&mut self.stop) => {}
         }
@@ -367,6 +383,7 @@ impl FetcherTask {
                 .saturating_add(RESPONSE_SLACK_BYTES),
             client_id: format!("annal-replica-fetcher-{}", self.local_broker_id),
             version_caps: None,
+            network: self.network.clone(),
         };
         Connection::connect_with(&self.addr, options).await
     }

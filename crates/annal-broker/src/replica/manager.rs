@@ -5,7 +5,7 @@
 //!
 //! Architecture invariant: no protocol types here; handlers in `apis/` translate requests into these calls.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,7 +83,9 @@ pub struct ReplicaManager {
     config: BrokerConfig,
     log_manager: LogManager,
     /// topic -> its partitions, index = position. Replaced per topic on admin changes.
-    partitions: RwLock<HashMap<String, Vec<Arc<Partition>>>>,
+    /// Ordered by topic name: everything that walks the partitions (ISR proposals, image application, flushes)
+    /// does so in the same order every run, which the deterministic simulator's replays rely on.
+    partitions: RwLock<BTreeMap<String, Vec<Arc<Partition>>>>,
     /// Serializes admin changes so the registry and `partitions` change in the same order.
     admin: Mutex<()>,
     /// Becomes true when the broker shuts down; long polls answer at once.
@@ -151,7 +153,7 @@ impl ReplicaManager {
             standalone,
             config: config.clone(),
             log_manager,
-            partitions: RwLock::new(HashMap::new()),
+            partitions: RwLock::new(BTreeMap::new()),
             admin: Mutex::new(()),
             shutting_down,
             delayed_fetch_wakeups: AtomicU64::new(0),
@@ -508,6 +510,7 @@ impl ReplicaManager {
                 deadline.min(tokio::time::Instant::now() + Duration::from_millis(5))
             });
             tokio::select! {
+                biased;
                 _ = waiter.notified() => {}
                 _ = wake => {}
             }
@@ -579,6 +582,7 @@ impl ReplicaManager {
                 break pass.results;
             }
             tokio::select! {
+                biased;
                 _ = watching.waiter.notified() => {
                     self.delayed_fetch_wakeups.fetch_add(1, Ordering::Relaxed);
                 }
@@ -726,7 +730,8 @@ fn read_pass(plan: &[Planned], max_bytes: usize, read_committed: bool) -> Pass {
                 p.current_leader_epoch,
                 p.offset,
                 budget,
-                crate::now_ms(),
+                // Follower progress is timed on the monotonic clock (ISR lag), not the wall clock.
+                crate::monotonic_ms(),
             ),
         };
         let result = match read {

@@ -15,6 +15,7 @@ use annal_log::{
     AppendInfo, AppendOptions, AppendOrigin, DurableLog, DurableWait, FileSlice, GroupCommit, Log,
     LogConfig, LogError, SyncHandle, TimestampType,
 };
+use annal_metadata::env::testing::{planted, PlantedBug};
 use parking_lot::{Mutex, RwLock};
 use uuid::Uuid;
 
@@ -334,6 +335,14 @@ impl Partition {
             self.name()
         );
         let changed = self.become_(leader, leader_epoch, partition_epoch, replicas, isr);
+        if changed && planted(PlantedBug::TruncateToHighWatermark) {
+            // PLANTED BUG (simulator only): pre-KIP-101 truncation to the local high watermark, which may
+            // trail what the old leader committed.
+            let hw = self.high_watermark.load(Ordering::Acquire);
+            if hw < self.log_end_offset() {
+                let _ = self.truncate_to(hw, None);
+            }
+        }
         // Long polls end now: they get NOT_LEADER_OR_FOLLOWER at once and go to the new leader.
         self.watchers.wake_all();
         self.replica_watchers.wake_all();
@@ -377,8 +386,9 @@ impl Partition {
             state.followers.clear();
             if leading {
                 // Kafka's rule at election: every replica counts as caught up now, so none is dropped from the
-                // ISR before it has had replica.lag.time.max.ms to fetch from the new leader.
-                let now = crate::now_ms();
+                // ISR before it has had replica.lag.time.max.ms to fetch from the new leader. Lag is measured on
+                // the monotonic clock: a stepped wall clock must not drop (or keep) followers.
+                let now = crate::monotonic_ms();
                 let end = self.log.lock().log_end_offset();
                 for r in replicas.iter().filter(|r| **r != self.local_broker_id) {
                     state.followers.insert(
@@ -647,6 +657,25 @@ impl Partition {
             log_start_offset: log.log_start_offset(),
             diverging_epoch: None,
         })
+    }
+
+    /// Reads this replica's own log from `offset`, whatever its role, up to `upper` (exclusive; `None`: the log
+    /// end), at most `max_bytes` (the first batch whole). For checks that compare replicas (the deterministic
+    /// simulator's "replicas agree below the high watermark"); clients read through [`Partition::read`].
+    pub fn read_local(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        upper: Option<i64>,
+    ) -> Result<Option<annal_log::FileSlice>, PartitionError> {
+        let log = self.log.lock();
+        let read = log
+            .read(offset, max_bytes.max(1), upper)
+            .map_err(|source| PartitionError::Log {
+                partition: self.name(),
+                source,
+            })?;
+        Ok(read.slice)
     }
 
     /// The last stable offset: `min(high watermark, first unstable offset)`, where the first unstable offset is
@@ -1232,6 +1261,10 @@ pub fn high_watermark(log: &Log, durable: bool) -> i64 {
 /// replica has no one to wait for and keeps the single-node rule.
 fn leader_high_watermark(state: &ReplicaState, me: i32, log: &Log) -> Option<i64> {
     let local = high_watermark(log, state.config.durable);
+    if planted(PlantedBug::HighWatermarkBeforeIsr) {
+        // PLANTED BUG (simulator only): the leader's own log end, whatever the ISR holds.
+        return Some(local);
+    }
     let replicated = state.replicas.len() > 1;
     if replicated && (state.isr.len() as i64) < i64::from(state.config.min_insync_replicas) {
         return None;

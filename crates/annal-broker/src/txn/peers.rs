@@ -51,6 +51,7 @@ impl Peers {
                 max_response_bytes: self.max_response_bytes,
                 client_id: self.client_id.to_string(),
                 version_caps: None,
+                ..ConnectionOptions::default()
             };
             *conn = Some(Connection::connect_with(addr, options).await?);
         }

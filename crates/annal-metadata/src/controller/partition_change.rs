@@ -263,6 +263,16 @@ impl<'a> PartitionChange<'a> {
         if current != NO_LEADER && self.is_valid_new_leader(current) {
             return (current, Choice::Clean);
         }
+        if crate::env::testing::planted(crate::env::testing::PlantedBug::ElectOutsideIsr) {
+            // PLANTED BUG (simulator only): a live replica outside the ISR, as if it were in sync.
+            if let Some(leader) =
+                self.target_replicas.iter().copied().find(|r| {
+                    *r != current && !self.target_isr.contains(r) && (self.acceptable)(*r)
+                })
+            {
+                return (leader, Choice::Clean);
+            }
+        }
         if let Some(leader) = self
             .target_replicas
             .iter()
@@ -299,6 +309,15 @@ impl<'a> PartitionChange<'a> {
             self.target_elr.retain(|r| *r != leader);
         }
         record.leader = leader;
+        if choice == Choice::Clean
+            && leader >= 0
+            && !self.target_isr.contains(&leader)
+            && crate::env::testing::planted(crate::env::testing::PlantedBug::ElectOutsideIsr)
+        {
+            // PLANTED BUG (simulator only): the replica from outside the ISR joins it, as if it were in sync.
+            self.target_isr.push(leader);
+            record.isr = Some(self.target_isr.clone());
+        }
         if choice != Choice::Clean {
             // The new leader's log is the truth from here on: whatever only the old ISR had may be gone.
             record.isr = Some(vec![leader]);

@@ -1,0 +1,899 @@
+//! The real brokers inside the simulation: three combined nodes (`annal_broker::start_in`: the metadata
+//! quorum and controller, the replica manager, partitions, fetchers, ISR, high watermark, elections), and a
+//! client host producing and reading through the Kafka protocol, with the replication invariants.
+//!
+//! Workload (all from the seed): the topics are created through any broker (forwarded to the controller); an
+//! idempotent producer writes acks=all to `replicated` (2 partitions, RF 3, min.insync.replicas 2); a plain
+//! producer writes acks=1 to `plain` (1 partition, RF 3); a reader follows both from their leaders.
+//!
+//! Checked as the run goes ([`ReplicationHistory`]): an acks=all acknowledgement with fewer than
+//! min.insync.replicas live replicas holding the offset (when every node is up); a (partition, offset) read
+//! below the high watermark whose value changes later; a leader epoch that goes down on a node within one
+//! boot. After healing and convergence: every acknowledged acks=all write is at its offset; every value read is
+//! still at its offset; each idempotent value is in the log at most once; the replicas' logs are identical.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use annal_broker::{Broker, BrokerEnv, BrokerListener};
+use annal_client::net::Network;
+use annal_client::{decode_fetched, Connection, ConnectionOptions};
+use annal_metadata::env::{DiskIo, NodeEnv};
+use bytes::{Bytes, BytesMut};
+use indexmap::IndexMap;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    BrokerId, CreateTopicsRequest, FetchRequest, InitProducerIdRequest, MetadataRequest,
+    ProduceRequest, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
+};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::net::SimNetwork;
+use crate::{
+    host, now_ms, Shared, BROKER_PORT, CLUSTER_ID, CONTROLLER_PORT, ELECTION_TIMEOUT_MS, VOTERS,
+};
+
+/// The acks=all topic and its partitions.
+pub const REPLICATED: &str = "replicated";
+const REPLICATED_PARTITIONS: i32 = 2;
+/// The acks=1 topic.
+pub const PLAIN: &str = "plain";
+const MIN_INSYNC: usize = 2;
+
+/// Kafka error codes the workload reacts to.
+const NONE: i16 = 0;
+const OFFSET_OUT_OF_RANGE: i16 = 1;
+const TOPIC_ALREADY_EXISTS: i16 = 36;
+const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
+const INVALID_PRODUCER_EPOCH: i16 = 47;
+const UNKNOWN_PRODUCER_ID: i16 = 59;
+
+/// A partition of the workload's topics.
+pub type Tp = (&'static str, i32);
+
+/// What the replication checks remember.
+#[derive(Debug, Default)]
+pub struct ReplicationHistory {
+    /// The live brokers, by node (a crashed node's `Weak` no longer upgrades).
+    pub brokers: BTreeMap<i32, Weak<Broker>>,
+    /// Boot count per node (leader epochs are compared within one boot).
+    pub boots: BTreeMap<i32, u64>,
+    /// Acknowledged acks=all writes: (partition, offset) -> value.
+    pub acked: BTreeMap<(Tp, i64), Bytes>,
+    /// Acknowledged acks=1 writes (may be lost on a leader change: not checked for presence).
+    pub acked_plain: usize,
+    /// What the reader saw below the high watermark: (partition, offset) -> value.
+    pub read: BTreeMap<(Tp, i64), Bytes>,
+    /// Highest leader epoch each node's partition had, within its current boot.
+    pub epochs: BTreeMap<(i32, Tp), (u64, i32)>,
+    /// Topics created.
+    pub topics_ready: bool,
+    /// The workload stopped writing (after healing) and the final checks may run.
+    pub quiesced: bool,
+}
+
+/// Every partition the workload uses.
+pub fn partitions() -> Vec<Tp> {
+    let mut out: Vec<Tp> = (0..REPLICATED_PARTITIONS)
+        .map(|p| (REPLICATED, p))
+        .collect();
+    out.push((PLAIN, 0));
+    out
+}
+
+fn partition_of(broker: &Broker, tp: Tp) -> Option<Arc<annal_broker::Partition>> {
+    broker.replica_manager().partition(tp.0, tp.1)
+}
+
+/// The records of `partition`'s local log on one replica from offset 0 up to `upper` (exclusive): offset ->
+/// value. `None` if the replica has no such partition or the read failed.
+fn local_records(p: &annal_broker::Partition, upper: i64) -> Option<BTreeMap<i64, Bytes>> {
+    let mut out = BTreeMap::new();
+    let mut offset = p.log_start_offset();
+    while offset < upper {
+        let slice = p.read_local(offset, 1 << 20, Some(upper)).ok()?;
+        let Some(slice) = slice else { break };
+        let bytes = slice.read_to_vec().ok()?;
+        let decoded = decode_fetched(Bytes::from(bytes), offset).ok()?;
+        for r in decoded.records {
+            if r.offset < upper {
+                out.insert(r.offset, r.value.unwrap_or_default());
+            }
+        }
+        match decoded.next_offset {
+            Some(next) if next > offset => offset = next,
+            _ => break,
+        }
+    }
+    Some(out)
+}
+
+impl ReplicationHistory {
+    fn live(&self) -> Vec<(i32, Arc<Broker>)> {
+        self.brokers
+            .iter()
+            .filter_map(|(n, w)| Some((*n, w.upgrade()?)))
+            .collect()
+    }
+}
+
+/// Called on every acks=all acknowledgement: at least min.insync.replicas replicas hold the offset. Only
+/// judged while every node is up (a crashed replica's log cannot be looked at, and may hold it).
+fn check_ack_replicated(shared: &Shared, tp: Tp, offset: i64, at: u64) {
+    let mut history = shared.history.lock();
+    let live = history.replication.live();
+    if live.len() < VOTERS as usize {
+        return;
+    }
+    let holding = live
+        .iter()
+        .filter(|(_, b)| partition_of(b, tp).is_some_and(|p| p.log_end_offset() > offset))
+        .count();
+    if holding < MIN_INSYNC {
+        history.violate(
+            at,
+            format!(
+                "{}-{} offset {offset} acknowledged (acks=all) while only {holding} replica(s) hold it \
+                 (min.insync.replicas {MIN_INSYNC})",
+                tp.0, tp.1
+            ),
+        );
+    }
+}
+
+/// Sampled by the driver: a node's leader epoch of a partition never goes down within one boot.
+pub(crate) fn sample_epochs(shared: &Shared, at: u64) {
+    let mut history = shared.history.lock();
+    let live = history.replication.live();
+    let mut bad = Vec::new();
+    for (n, b) in &live {
+        let boot = history.replication.boots.get(n).copied().unwrap_or(0);
+        for tp in partitions() {
+            let Some(p) = partition_of(b, tp) else {
+                continue;
+            };
+            let epoch = p.leader_epoch();
+            let entry = history
+                .replication
+                .epochs
+                .entry((*n, tp))
+                .or_insert((boot, epoch));
+            if entry.0 != boot {
+                *entry = (boot, epoch);
+            } else if epoch < entry.1 {
+                bad.push(format!(
+                    "n{n}'s leader epoch of {}-{} went from {} down to {epoch}",
+                    tp.0, tp.1, entry.1
+                ));
+            } else {
+                entry.1 = epoch;
+            }
+        }
+    }
+    for b in bad {
+        history.violate(at, b);
+    }
+}
+
+/// True once every partition has a leader whose high watermark is its log end and every replica's log end
+/// equals it (the cluster has converged after healing).
+pub(crate) fn converged(shared: &Shared) -> bool {
+    let history = shared.history.lock();
+    let live = history.replication.live();
+    if live.len() < VOTERS as usize {
+        return false;
+    }
+    partitions().into_iter().all(|tp| {
+        let ps: Vec<_> = live
+            .iter()
+            .filter_map(|(_, b)| partition_of(b, tp))
+            .collect();
+        if ps.len() < VOTERS as usize {
+            return false;
+        }
+        let Some(leader) = ps.iter().find(|p| p.is_leader()) else {
+            return false;
+        };
+        let end = leader.log_end_offset();
+        leader.high_watermark() == end && ps.iter().all(|p| p.log_end_offset() == end)
+    })
+}
+
+/// Each partition's state on every live node, for a failure message: leader, high watermark, log ends.
+pub(crate) fn describe_partitions(shared: &Shared) -> String {
+    let history = shared.history.lock();
+    let live = history.replication.live();
+    let mut out = Vec::new();
+    for tp in partitions() {
+        let states: Vec<String> = live
+            .iter()
+            .filter_map(|(n, b)| {
+                let p = partition_of(b, tp)?;
+                Some(format!(
+                    "n{n}: leader {} epoch {} isr {:?} hw {} end {}",
+                    p.leader(),
+                    p.leader_epoch(),
+                    p.isr(),
+                    p.high_watermark(),
+                    p.log_end_offset()
+                ))
+            })
+            .collect();
+        out.push(format!("{}-{} [{}]", tp.0, tp.1, states.join("; ")));
+    }
+    format!("{} of {VOTERS} nodes up; {}", live.len(), out.join("; "))
+}
+
+/// The end-of-run replication checks, once converged.
+pub(crate) fn check_final(shared: &Shared, at: u64) {
+    let mut history = shared.history.lock();
+    let live = history.replication.live();
+    let mut problems = Vec::new();
+    for tp in partitions() {
+        let mut logs: Vec<(i32, BTreeMap<i64, Bytes>)> = Vec::new();
+        for (n, b) in &live {
+            let Some(p) = partition_of(b, tp) else {
+                problems.push(format!("n{n} has no {}-{}", tp.0, tp.1));
+                continue;
+            };
+            match local_records(&p, p.log_end_offset()) {
+                Some(records) => logs.push((*n, records)),
+                None => problems.push(format!("n{n}: {}-{} cannot be read", tp.0, tp.1)),
+            }
+        }
+        // Replicas agree (converged: high watermark = log end everywhere).
+        if let Some((first, reference)) = logs.first() {
+            for (n, log) in &logs[1..] {
+                if log != reference {
+                    let at_offset = reference
+                        .iter()
+                        .zip(log.iter())
+                        .find(|(a, b)| a != b)
+                        .map(|(a, _)| *a.0)
+                        .unwrap_or(reference.len().min(log.len()) as i64);
+                    problems.push(format!(
+                        "{}-{}: replicas n{first} and n{n} differ below the high watermark (first at offset \
+                         {at_offset}; {} and {} records)",
+                        tp.0,
+                        tp.1,
+                        reference.len(),
+                        log.len()
+                    ));
+                }
+            }
+        }
+        let Some((_, log)) = logs.first() else {
+            continue;
+        };
+        for ((t, offset), value) in history
+            .replication
+            .acked
+            .range((tp, i64::MIN)..=(tp, i64::MAX))
+        {
+            debug_assert_eq!(*t, tp);
+            if log.get(offset) != Some(value) {
+                problems.push(format!(
+                    "{}-{} offset {offset}: acknowledged (acks=all) {:?}, the log has {:?}: an acknowledged \
+                     write was lost",
+                    tp.0,
+                    tp.1,
+                    String::from_utf8_lossy(value),
+                    log.get(offset).map(|v| String::from_utf8_lossy(v).into_owned())
+                ));
+            }
+        }
+        for ((_, offset), value) in history
+            .replication
+            .read
+            .range((tp, i64::MIN)..=(tp, i64::MAX))
+        {
+            if log.get(offset) != Some(value) {
+                problems.push(format!(
+                    "{}-{} offset {offset}: read {:?} below the high watermark, the log now has {:?}",
+                    tp.0,
+                    tp.1,
+                    String::from_utf8_lossy(value),
+                    log.get(offset).map(|v| String::from_utf8_lossy(v).into_owned())
+                ));
+            }
+        }
+        if tp.0 == REPLICATED {
+            let mut seen: BTreeMap<&Bytes, i64> = BTreeMap::new();
+            for (offset, value) in log {
+                if let Some(first) = seen.insert(value, *offset) {
+                    problems.push(format!(
+                        "{}-{}: idempotent value {:?} is in the log twice, at {first} and {offset}",
+                        tp.0,
+                        tp.1,
+                        String::from_utf8_lossy(value)
+                    ));
+                }
+            }
+        }
+    }
+    let event = format!(
+        "final: {} acks=all and {} acks=1 writes acknowledged, {} reads",
+        history.replication.acked.len(),
+        history.replication.acked_plain,
+        history.replication.read.len()
+    );
+    history.event(at, event);
+    for p in problems.into_iter().take(10) {
+        history.violate(at, p);
+    }
+}
+
+/// One combined node's process: the real broker (and its metadata node) on simulated TCP.
+pub(crate) async fn node(shared: Arc<Shared>, n: i32) -> turmoil::Result {
+    let (election, boot_seed) = {
+        let mut boots = shared.boots.lock();
+        (
+            boots.gen_range(ELECTION_TIMEOUT_MS..2 * ELECTION_TIMEOUT_MS),
+            boots.gen::<u64>(),
+        )
+    };
+    {
+        let mut history = shared.history.lock();
+        history.node_started(now_ms(), n);
+        *history.replication.boots.entry(n).or_insert(0) += 1;
+        history.event(now_ms(), format!("n{n} election timeout {election} ms"));
+    }
+    let observer = {
+        let history = shared.history.clone();
+        Arc::new(move |index: u64, records: &[Vec<u8>]| {
+            history.lock().node_applied(now_ms(), n, index, records)
+        })
+    };
+    let network: Arc<dyn Network> = Arc::new(SimNetwork);
+    let env = BrokerEnv {
+        network: Some(network.clone()),
+        node: NodeEnv {
+            network: network.clone(),
+            disk_io: DiskIo::Inline,
+            fixed_election_timeout_ms: Some(election),
+            on_apply: Some(observer),
+        },
+        seed: Some(shared.seed ^ boot_seed),
+    };
+    let voters = (1..=VOTERS)
+        .map(|v| format!("{v}@{}:{CONTROLLER_PORT}", host(v)))
+        .collect::<Vec<_>>()
+        .join(",");
+    let h = host(n);
+    let overrides: Vec<String> = [
+        "process.roles=broker,controller".to_string(),
+        format!("node.id={n}"),
+        format!("controller.quorum.voters={voters}"),
+        format!("listeners=PLAINTEXT://{h}:{BROKER_PORT},CONTROLLER://{h}:{CONTROLLER_PORT}"),
+        format!("advertised.listeners=PLAINTEXT://{h}:{BROKER_PORT}"),
+        "inter.broker.listener.name=PLAINTEXT".into(),
+        "controller.listener.names=CONTROLLER".into(),
+        format!("controller.quorum.election.timeout.ms={ELECTION_TIMEOUT_MS}"),
+        "default.replication.factor=3".into(),
+        "min.insync.replicas=2".into(),
+        "offsets.topic.replication.factor=3".into(),
+        // Followers that stop fetching leave the ISR within the fault phase's time scale.
+        "replica.lag.time.max.ms=3000".into(),
+        "log.cleaner.threads=0".into(),
+    ]
+    .into();
+    let mut config = annal_broker::BrokerConfig::load(
+        None,
+        &overrides,
+        Some(shared.dir.join(&h)),
+        Some(format!("{h}:{BROKER_PORT}")),
+    )
+    .map_err(|e| format!("n{n}'s configuration: {e:#}"))?;
+    config.cluster_id = Some(CLUSTER_ID.into());
+    config.advertised = Some((h.clone(), BROKER_PORT));
+    let listener = network.bind(format!("{h}:{BROKER_PORT}")).await?;
+    let started = annal_broker::start_in(config, BrokerListener::Seam(listener), env)
+        .await
+        .map_err(|e| format!("n{n} did not start: {e:#}"))?;
+    let broker = started.broker().clone();
+    shared
+        .history
+        .lock()
+        .replication
+        .brokers
+        .insert(n, Arc::downgrade(&broker));
+    tokio::spawn({
+        let (shared, broker) = (shared.clone(), Arc::downgrade(&broker));
+        async move {
+            loop {
+                tokio::time::sleep(crate::LEADER_SAMPLE).await;
+                let Some(b) = broker.upgrade() else { return };
+                let node = b.cluster().node().clone();
+                drop(b);
+                if node.is_active_controller() {
+                    let term = node.quorum_status().term;
+                    shared.history.lock().node_leads(now_ms(), n, term);
+                }
+                let jump = shared.clock_jumps.lock().remove(&n);
+                if let Some(ms) = jump {
+                    tokio::time::advance(Duration::from_millis(ms)).await;
+                }
+            }
+        }
+    });
+    drop(broker);
+    started
+        .serve(std::future::pending::<()>())
+        .await
+        .map_err(|e| format!("n{n} stopped: {e:#}"))?;
+    Ok(())
+}
+
+/// Connections from the client host to the brokers, one per broker, reopened after any failure.
+struct Kafka {
+    conns: BTreeMap<i32, Connection>,
+}
+
+impl Kafka {
+    fn new() -> Kafka {
+        Kafka {
+            conns: BTreeMap::new(),
+        }
+    }
+
+    async fn send<R: kafka_protocol::protocol::Request>(
+        &mut self,
+        node: i32,
+        request: &R,
+        versions: (i16, i16),
+    ) -> Result<R::Response, String> {
+        if self.conns.get(&node).is_none_or(|c| c.is_closed()) {
+            let options = ConnectionOptions {
+                connect_timeout: Duration::from_secs(1),
+                request_timeout: Duration::from_secs(5),
+                max_response_bytes: 8 << 20,
+                client_id: "annal-sim".into(),
+                version_caps: None,
+                network: Arc::new(SimNetwork),
+            };
+            let conn = Connection::connect_with(&format!("{}:{BROKER_PORT}", host(node)), options)
+                .await
+                .map_err(|e| format!("{e:#}"))?;
+            self.conns.insert(node, conn);
+        }
+        let Some(conn) = self.conns.get_mut(&node) else {
+            return Err("no connection".into());
+        };
+        match conn.send(request, versions).await {
+            Ok((r, _)) => Ok(r),
+            Err(e) => {
+                self.conns.remove(&node);
+                Err(format!("{e:#}"))
+            }
+        }
+    }
+
+    /// The leader and leader epoch of `tp` as broker `ask` sees it.
+    async fn leader(&mut self, ask: i32, tp: Tp) -> Option<(i32, i32)> {
+        let request = MetadataRequest::default()
+            .with_topics(Some(vec![MetadataRequestTopic::default()
+                .with_name(Some(TopicName(StrBytes::from_static_str(tp.0))))]));
+        let response = self.send(ask, &request, (4, 12)).await.ok()?;
+        let topic = response.topics.first()?;
+        let p = topic
+            .partitions
+            .iter()
+            .find(|p| p.partition_index == tp.1 && p.error_code == NONE)?;
+        (p.leader_id.0 >= 1).then_some((p.leader_id.0, p.leader_epoch))
+    }
+}
+
+fn batch(value: &Bytes, producer: Option<(i64, i16, i32)>) -> Bytes {
+    let (producer_id, producer_epoch, sequence) =
+        producer.unwrap_or((NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE));
+    let record = Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
+        producer_id,
+        producer_epoch,
+        timestamp_type: TimestampType::Creation,
+        offset: 0,
+        sequence,
+        timestamp: now_ms() as i64,
+        key: None,
+        value: Some(value.clone()),
+        headers: IndexMap::new(),
+    };
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &[record],
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .expect("a one-record batch encodes");
+    buf.freeze()
+}
+
+/// Produces one batch to `tp`'s leader; the base offset on success, else the error code (-1: no answer).
+async fn produce(
+    kafka: &mut Kafka,
+    leader: i32,
+    tp: Tp,
+    acks: i16,
+    records: Bytes,
+) -> Result<i64, i16> {
+    let request = ProduceRequest::default()
+        .with_acks(acks)
+        .with_timeout_ms(3000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_static_str(tp.0)))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(tp.1)
+                .with_records(Some(records))])]);
+    let response = kafka
+        .send(leader, &request, (3, 11))
+        .await
+        .map_err(|_| -1i16)?;
+    let p = response
+        .responses
+        .first()
+        .and_then(|t| t.partition_responses.first())
+        .ok_or(-1i16)?;
+    if p.error_code == NONE {
+        Ok(p.base_offset)
+    } else {
+        Err(p.error_code)
+    }
+}
+
+/// The client host: creates the topics, then runs the producers and the reader until the run is healed and the
+/// producers are done.
+pub(crate) async fn workload(shared: Arc<Shared>) -> turmoil::Result {
+    let mut rng = StdRng::seed_from_u64(shared.seed ^ 0x0c11_e475);
+    let mut kafka = Kafka::new();
+    // Topics, through any broker (the broker forwards CreateTopics to the active controller).
+    let mut missing = vec![(REPLICATED, REPLICATED_PARTITIONS), (PLAIN, 1)];
+    let mut ask = 1;
+    while !missing.is_empty() {
+        let (name, partitions) = missing[0];
+        let request = CreateTopicsRequest::default()
+            .with_topics(vec![CreatableTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str(name)))
+                .with_num_partitions(partitions)
+                .with_replication_factor(3)
+                .with_configs(vec![CreatableTopicConfig::default()
+                    .with_name(StrBytes::from_static_str("min.insync.replicas"))
+                    .with_value(Some(StrBytes::from_static_str("2")))])])
+            .with_timeout_ms(5000);
+        let code = match kafka.send(ask, &request, (2, 7)).await {
+            Ok(r) => r.topics.first().map_or(-1, |t| t.error_code),
+            Err(_) => -1,
+        };
+        shared
+            .history
+            .lock()
+            .event(now_ms(), format!("create {name} at n{ask}: {code}"));
+        if code == NONE || code == TOPIC_ALREADY_EXISTS {
+            if code == NONE {
+                shared.history.lock().topic_acked(now_ms(), name);
+            }
+            missing.remove(0);
+        } else {
+            ask = ask % VOTERS + 1;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    shared.history.lock().replication.topics_ready = true;
+    let idempotent = tokio::spawn(idempotent_producer(shared.clone(), rng.gen()));
+    let plain = tokio::spawn(plain_producer(shared.clone(), rng.gen()));
+    let reader = tokio::spawn(reader(shared.clone()));
+    let _ = idempotent.await;
+    let _ = plain.await;
+    {
+        let mut history = shared.history.lock();
+        history.replication.quiesced = true;
+        history.event(now_ms(), "writes done".into());
+    }
+    // The reader goes on until the driver ends the run.
+    let _ = reader.await;
+    Ok(())
+}
+
+/// Writes until a few seconds after healing.
+fn keep_writing(shared: &Shared, healed_at: &mut Option<tokio::time::Instant>) -> bool {
+    if !shared.healed.load(Ordering::Relaxed) {
+        return true;
+    }
+    let at = *healed_at.get_or_insert_with(tokio::time::Instant::now);
+    at.elapsed() < Duration::from_secs(5)
+}
+
+/// An idempotent producer, acks=all, one record per request, round-robin over the partitions. A failed send is
+/// retried with the same sequence; a producer-state error starts over with a new producer id (the unacknowledged
+/// value is then abandoned: it may or may not be in the log, once at most).
+async fn idempotent_producer(shared: Arc<Shared>, seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut kafka = Kafka::new();
+    let mut producer: Option<(i64, i16)> = None;
+    let mut sequences: BTreeMap<i32, i32> = BTreeMap::new();
+    let mut leaders: BTreeMap<i32, i32> = BTreeMap::new();
+    let mut n = 0u64;
+    let mut healed_at = None;
+    let mut pending: Option<(i32, Bytes)> = None;
+    let mut ask = 1;
+    while keep_writing(&shared, &mut healed_at) {
+        let Some((pid, epoch)) = producer else {
+            let request = InitProducerIdRequest::default()
+                .with_transactional_id(None)
+                .with_transaction_timeout_ms(60_000)
+                .with_producer_id(kafka_protocol::messages::ProducerId(-1))
+                .with_producer_epoch(-1);
+            match kafka.send(ask, &request, (0, 4)).await {
+                Ok(r) if r.error_code == NONE => {
+                    producer = Some((r.producer_id.0, r.producer_epoch));
+                    sequences.clear();
+                    shared.history.lock().event(
+                        now_ms(),
+                        format!("producer id {} epoch {}", r.producer_id.0, r.producer_epoch),
+                    );
+                }
+                outcome => {
+                    let why = match outcome {
+                        Ok(r) => format!("error {}", r.error_code),
+                        Err(e) => e,
+                    };
+                    shared
+                        .history
+                        .lock()
+                        .event(now_ms(), format!("init producer id at n{ask}: {why}"));
+                    ask = ask % VOTERS + 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+            continue;
+        };
+        let (partition, value) = pending.clone().unwrap_or_else(|| {
+            n += 1;
+            let p = (n % REPLICATED_PARTITIONS as u64) as i32;
+            (p, Bytes::from(format!("{REPLICATED}-{p}-{n}")))
+        });
+        pending = Some((partition, value.clone()));
+        let tp = (REPLICATED, partition);
+        let leader = match leaders.get(&partition) {
+            Some(l) => *l,
+            None => match kafka.leader(ask, tp).await {
+                Some((l, _)) => {
+                    leaders.insert(partition, l);
+                    l
+                }
+                None => {
+                    ask = ask % VOTERS + 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let sequence = *sequences.get(&partition).unwrap_or(&0);
+        let records = batch(&value, Some((pid, epoch, sequence)));
+        match produce(&mut kafka, leader, tp, -1, records).await {
+            Ok(offset) => {
+                let at = now_ms();
+                check_ack_replicated(&shared, tp, offset, at);
+                {
+                    let mut history = shared.history.lock();
+                    history.event(
+                        at,
+                        format!(
+                            "ack all {}-{} @{offset} {}",
+                            tp.0,
+                            tp.1,
+                            String::from_utf8_lossy(&value)
+                        ),
+                    );
+                    if let Some(previous) = history
+                        .replication
+                        .acked
+                        .insert((tp, offset), value.clone())
+                    {
+                        if previous != value {
+                            history.violate(
+                                at,
+                                format!(
+                                "{}-{} offset {offset} acknowledged twice, for {:?} and then {:?}",
+                                tp.0,
+                                tp.1,
+                                String::from_utf8_lossy(&previous),
+                                String::from_utf8_lossy(&value)
+                            ),
+                            );
+                        }
+                    }
+                }
+                sequences.insert(partition, sequence.wrapping_add(1));
+                pending = None;
+                tokio::time::sleep(Duration::from_millis(rng.gen_range(5..60))).await;
+            }
+            Err(
+                code @ (OUT_OF_ORDER_SEQUENCE_NUMBER
+                | INVALID_PRODUCER_EPOCH
+                | UNKNOWN_PRODUCER_ID
+                | DUPLICATE_SEQUENCE_NUMBER),
+            ) => {
+                shared.history.lock().event(
+                    now_ms(),
+                    format!(
+                        "produce {}-{} at n{leader}: {code}; new producer id",
+                        tp.0, tp.1
+                    ),
+                );
+                producer = None;
+                pending = None;
+            }
+            Err(code) => {
+                shared.history.lock().event(
+                    now_ms(),
+                    format!("produce {}-{} at n{leader}: {code}", tp.0, tp.1),
+                );
+                leaders.remove(&partition);
+                ask = ask % VOTERS + 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// A plain producer, acks=1, to `plain`: a new value for every attempt.
+async fn plain_producer(shared: Arc<Shared>, seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut kafka = Kafka::new();
+    let tp = (PLAIN, 0);
+    let mut leader: Option<i32> = None;
+    let mut n = 0u64;
+    let mut ask = 2;
+    let mut healed_at = None;
+    while keep_writing(&shared, &mut healed_at) {
+        let Some(l) = leader else {
+            leader = kafka.leader(ask, tp).await.map(|(l, _)| l);
+            if leader.is_none() {
+                ask = ask % VOTERS + 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            continue;
+        };
+        n += 1;
+        let value = Bytes::from(format!("{PLAIN}-0-{n}"));
+        match produce(&mut kafka, l, tp, 1, batch(&value, None)).await {
+            Ok(offset) => {
+                {
+                    let mut history = shared.history.lock();
+                    history.replication.acked_plain += 1;
+                    history.event(now_ms(), format!("ack one {PLAIN}-0 @{offset} {n}"));
+                }
+                tokio::time::sleep(Duration::from_millis(rng.gen_range(10..100))).await;
+            }
+            Err(code) => {
+                shared
+                    .history
+                    .lock()
+                    .event(now_ms(), format!("produce {PLAIN}-0 at n{l}: {code}"));
+                leader = None;
+                ask = ask % VOTERS + 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Follows every partition from its leader (what a consumer sees: nothing above the high watermark) and checks
+/// that an offset read once never shows another value. Starts over from offset 0 now and then, to read again.
+async fn reader(shared: Arc<Shared>) {
+    let mut kafka = Kafka::new();
+    let mut next: BTreeMap<Tp, i64> = BTreeMap::new();
+    let mut round = 0u64;
+    let mut ask = 3;
+    loop {
+        round += 1;
+        for tp in partitions() {
+            let Some((leader, epoch)) = kafka.leader(ask, tp).await else {
+                ask = ask % VOTERS + 1;
+                continue;
+            };
+            let offset = if round.is_multiple_of(10) {
+                0
+            } else {
+                *next.get(&tp).unwrap_or(&0)
+            };
+            let request = FetchRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_max_wait_ms(0)
+                .with_min_bytes(1)
+                .with_max_bytes(1 << 20)
+                .with_isolation_level(0)
+                .with_session_epoch(-1)
+                .with_topics(vec![FetchTopic::default()
+                    .with_topic(TopicName(StrBytes::from_static_str(tp.0)))
+                    .with_partitions(vec![FetchPartition::default()
+                        .with_partition(tp.1)
+                        .with_current_leader_epoch(epoch)
+                        .with_fetch_offset(offset)
+                        .with_partition_max_bytes(1 << 20)])]);
+            let Ok(response) = kafka.send(leader, &request, (4, 12)).await else {
+                continue;
+            };
+            let Some(pd) = response
+                .responses
+                .first()
+                .and_then(|t| t.partitions.first())
+            else {
+                continue;
+            };
+            if pd.error_code == OFFSET_OUT_OF_RANGE {
+                shared.history.lock().event(
+                    now_ms(),
+                    format!(
+                        "read {}-{} at {offset} from n{leader}: out of range",
+                        tp.0, tp.1
+                    ),
+                );
+                next.insert(tp, 0);
+                continue;
+            }
+            if pd.error_code != NONE {
+                continue;
+            }
+            let Ok(decoded) = decode_fetched(pd.records.clone().unwrap_or_default(), offset) else {
+                continue;
+            };
+            let at = now_ms();
+            {
+                let mut history = shared.history.lock();
+                for r in decoded.records {
+                    if r.offset >= pd.high_watermark {
+                        history.violate(
+                            at,
+                            format!(
+                                "{}-{} offset {} served to a consumer above the high watermark {}",
+                                tp.0, tp.1, r.offset, pd.high_watermark
+                            ),
+                        );
+                        continue;
+                    }
+                    let value = r.value.unwrap_or_default();
+                    match history.replication.read.get(&(tp, r.offset)) {
+                        Some(seen) if *seen != value => {
+                            let why = format!(
+                            "{}-{} offset {} read as {:?}, later as {:?} (from n{leader}, epoch {epoch})",
+                            tp.0,
+                            tp.1,
+                            r.offset,
+                            String::from_utf8_lossy(seen),
+                            String::from_utf8_lossy(&value)
+                        );
+                            history.violate(at, why);
+                        }
+                        Some(_) => {}
+                        None => {
+                            history.replication.read.insert((tp, r.offset), value);
+                        }
+                    }
+                }
+            }
+            if let Some(n) = decoded.next_offset {
+                next.insert(tp, n.max(offset));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
