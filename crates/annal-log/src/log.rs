@@ -111,6 +111,9 @@ pub struct SegmentInfo {
     pub size_bytes: u64,
     pub max_timestamp: Option<i64>,
     pub path: PathBuf,
+    /// Whether the offset and time indexes are in memory (the active segment once appended to) or read from
+    /// their files on demand (sealed segments, and every segment after an open).
+    pub indexes_in_memory: bool,
 }
 
 /// Snapshot files beyond this many (newest kept) are deleted.
@@ -374,6 +377,7 @@ impl Log {
                 size_bytes: s.size(),
                 max_timestamp: s.max_timestamp().map(|(ts, _)| ts),
                 path: s.log_path().to_path_buf(),
+                indexes_in_memory: s.indexes_in_memory(),
             })
             .collect()
     }
@@ -1007,13 +1011,23 @@ impl Log {
             .segments
             .values()
             .filter(|s| s.base_offset() < cleanable.first_uncleanable_offset)
-            .map(|s| SegmentSnapshot {
-                base_offset: s.base_offset(),
-                next_offset: s.next_offset(),
-                size: s.size(),
-                file: s.file_handle(),
+            .map(|s| {
+                Ok(SegmentSnapshot {
+                    base_offset: s.base_offset(),
+                    next_offset: s.next_offset(),
+                    size: s.size(),
+                    file: s.file_handle()?,
+                })
             })
-            .collect();
+            .collect::<crate::Result<Vec<_>>>();
+        let segments = match segments {
+            Ok(segments) => segments,
+            Err(e) => {
+                // Out of descriptors, most likely: the next pass tries again.
+                tracing::warn!(dir = %self.dir.display(), error = %e, "cannot open the segments to clean; skipping this pass");
+                return None;
+            }
+        };
         // An aborted transaction's marker (and so its index entry) may be in a later segment than its data,
         // even in the active one: every segment's entries are looked at (they are in memory).
         let mut aborted: Vec<AbortedTxn> = self
@@ -1300,9 +1314,15 @@ impl Log {
             .values()
             .filter(|s| s.next_offset() > self.recovery_point)
             .map(Segment::file_handle)
-            .collect();
+            .collect::<crate::Result<Vec<_>>>();
+        let (files, failed) = match files {
+            Ok(files) => (files, None),
+            // Reported by `sync`, where the caller expects an fsync's failure.
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        };
         SyncHandle {
             files,
+            failed,
             upto: self.log_end_offset(),
         }
     }
@@ -1383,6 +1403,8 @@ fn transaction_marker(batches: &[u8], v: &batch::ValidatedBatch) -> crate::Resul
 #[derive(Debug, Clone)]
 pub struct SyncHandle {
     files: Vec<Arc<File>>,
+    /// A file could not be (re)opened when the handle was taken: `sync` fails with this.
+    failed: Option<String>,
     upto: i64,
 }
 
@@ -1393,6 +1415,9 @@ impl SyncHandle {
     }
 
     pub fn sync(&self) -> std::io::Result<()> {
+        if let Some(reason) = &self.failed {
+            return Err(std::io::Error::other(reason.clone()));
+        }
         for file in &self.files {
             crate::fsync_stats::timed(|| file.sync_data())?;
         }
