@@ -208,11 +208,15 @@ impl FileHandles {
         path: &Path,
         options: &OpenOptions,
     ) -> crate::Result<File> {
+        self.open_file_io(path, options)
+            .map_err(|e| LogError::io(op, path, e))
+    }
+
+    fn open_file_io(&self, path: &Path, options: &OpenOptions) -> std::io::Result<File> {
         match options.open(path) {
             Err(e) if is_out_of_descriptors(&e) && self.shed() > 0 => options.open(path),
             other => other,
         }
-        .map_err(|e| LogError::io(op, path, e))
     }
 }
 
@@ -273,20 +277,30 @@ impl CachedFile {
 
     /// The open handle, reopening the file (read-write, never created) if it was evicted.
     pub(crate) fn get(&self) -> crate::Result<Arc<File>> {
+        self.get_io()
+            .map_err(|e| LogError::io("reopen", &self.path, e))
+    }
+
+    /// [`Self::get`] for callers that speak `std::io`.
+    pub(crate) fn get_io(&self) -> std::io::Result<Arc<File>> {
         if let Some(file) = self.handles.cached(self.id) {
             return Ok(file);
         }
-        let file = Arc::new(self.handles.open_file(
-            "reopen",
-            &self.path,
-            OpenOptions::new().read(true).write(true),
-        )?);
+        let file = Arc::new(
+            self.handles
+                .open_file_io(&self.path, OpenOptions::new().read(true).write(true))?,
+        );
         self.handles.insert(self.id, Arc::clone(&file));
         Ok(file)
     }
 
     pub(crate) fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The budget this file is counted in.
+    pub(crate) fn handles(&self) -> &Arc<FileHandles> {
+        &self.handles
     }
 }
 

@@ -612,3 +612,100 @@ impl TimeIndex {
 fn max_entries(max_bytes: u32, entry_size: usize) -> usize {
     (max_bytes as usize / entry_size).max(1)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// Append an entry this far past the previous one (offset, position, timestamp steps).
+        Append(u32, u32, i64),
+        /// Truncate at this fraction (in 1/256ths) of the entries.
+        Truncate(u8),
+        /// Seal: drop the in-memory entries of the lazy pair.
+        Release,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            8 => (1u32..50, 1u32..5000, 0i64..3).prop_map(|(o, p, t)| Op::Append(o, p, t)),
+            1 => any::<u8>().prop_map(Op::Truncate),
+            2 => Just(Op::Release),
+        ]
+    }
+
+    /// An offset and a time index in the same state, one kept in memory, one released after every change.
+    struct Pair {
+        offsets: OffsetIndex,
+        times: TimeIndex,
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn lazily_read_indexes_answer_as_the_in_memory_ones(ops in proptest::collection::vec(op(), 1..120)) {
+            let dir = tempfile::tempdir().unwrap();
+            let handles = FileHandles::new(FILE_HANDLES_MIN_FOR_TEST);
+            let make = |name: &str| Pair {
+                offsets: OffsetIndex::create(&handles, &dir.path().join(format!("{name}.index")), 1 << 20).unwrap(),
+                times: TimeIndex::create(&handles, &dir.path().join(format!("{name}.timeindex")), 1 << 20).unwrap(),
+            };
+            let (mut eager, mut lazy) = (make("eager"), make("lazy"));
+            let (mut offset, mut position, mut timestamp) = (0u32, 0u32, 1_000i64);
+            for op in ops {
+                match op {
+                    Op::Append(o, p, t) => {
+                        offset += o;
+                        position += p;
+                        timestamp += t;
+                        for pair in [&mut eager, &mut lazy] {
+                            pair.offsets.append(OffsetEntry { relative_offset: offset, position }).unwrap();
+                            pair.times.maybe_append(TimeEntry { timestamp, relative_offset: offset }).unwrap();
+                        }
+                    }
+                    Op::Truncate(at) => {
+                        let n = eager.offsets.len();
+                        let cut = n * usize::from(at) / 256;
+                        if cut < n {
+                            let entry = eager.offsets.get(cut).unwrap();
+                            for pair in [&mut eager, &mut lazy] {
+                                pair.offsets.truncate_to_position(entry.position).unwrap();
+                                pair.times.truncate_to_offset(entry.relative_offset).unwrap();
+                            }
+                            offset = eager.offsets.last().unwrap().map_or(0, |e| e.relative_offset);
+                            position = eager.offsets.last().unwrap().map_or(0, |e| e.position);
+                            timestamp = eager.times.last().unwrap().map_or(timestamp, |e| e.timestamp);
+                        }
+                    }
+                    Op::Release => {
+                        lazy.offsets.release_memory().unwrap();
+                        lazy.times.release_memory().unwrap();
+                        prop_assert!(!lazy.offsets.is_in_memory() && !lazy.times.is_in_memory());
+                    }
+                }
+                prop_assert!(eager.offsets.is_in_memory());
+                prop_assert_eq!(eager.offsets.len(), lazy.offsets.len());
+                prop_assert_eq!(eager.times.len(), lazy.times.len());
+                prop_assert_eq!(eager.offsets.last().unwrap(), lazy.offsets.last().unwrap());
+                prop_assert_eq!(eager.times.last().unwrap(), lazy.times.last().unwrap());
+                for q in (0..offset.saturating_add(3)).step_by(7) {
+                    prop_assert_eq!(eager.offsets.lookup(q).unwrap(), lazy.offsets.lookup(q).unwrap());
+                }
+                for t in 990..timestamp + 3 {
+                    prop_assert_eq!(eager.times.lookup(t).unwrap(), lazy.times.lookup(t).unwrap());
+                }
+            }
+            // What the lazy index wrote is what a load reads back.
+            lazy.offsets.write_buffered().unwrap();
+            let loaded = OffsetIndex::load(&handles, &dir.path().join("lazy.index"), 1 << 20, u64::MAX).unwrap().unwrap();
+            prop_assert_eq!(loaded.len(), eager.offsets.len());
+            for i in 0..loaded.len() {
+                prop_assert_eq!(loaded.get(i).unwrap(), eager.offsets.get(i).unwrap());
+            }
+        }
+    }
+
+    const FILE_HANDLES_MIN_FOR_TEST: usize = crate::file_handles::FILE_HANDLES_MIN;
+}

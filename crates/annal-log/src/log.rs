@@ -155,7 +155,7 @@ impl Log {
             "segment.bytes out of range"
         );
         std::fs::create_dir_all(dir).map_err(|e| LogError::io("create log directory", dir, e))?;
-        let checkpoint = Checkpoint::read(dir);
+        let checkpoint = Checkpoint::read(dir)?;
         // A cleaning pass interrupted after its swap was decided is finished here; one interrupted before is
         // dropped (see `cleaner::swap`). Either way the segments are the old ones or the new ones.
         cleaner::swap::complete(dir)?;

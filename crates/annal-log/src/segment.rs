@@ -986,7 +986,7 @@ impl Segment {
             }
             KeyIndex::Unverified => {
                 if sealed {
-                    match key_index::load(&dir, &self.shape()) {
+                    match key_index::load(&dir, &self.shape(), self.file.handles()) {
                         Ok(file) => {
                             // Checking read the whole file: that is this step's work.
                             let checked = file.file_bytes();
@@ -1008,7 +1008,7 @@ impl Segment {
         };
         let result = self.index_keys_from(&mut building, budget_bytes, limit, sealed);
         if result.is_ok() && sealed && building.position == self.size {
-            match key_index::write_file(&dir, &self.shape(), &building) {
+            match key_index::write_file(&dir, &self.shape(), &building, self.file.handles()) {
                 Ok(file) => {
                     self.key_index = KeyIndex::Sealed(file);
                     return result;
