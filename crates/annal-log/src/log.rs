@@ -242,7 +242,18 @@ impl Log {
             first_dirty_offset: cleaner::read_checkpoint(dir).unwrap_or(0).min(log_end),
         };
         log.load_producer_state(&snapshots, first_recovered)?;
-        log.write_checkpoint(false)?;
+        // The clean-shutdown flag must be cleared on disk before anything changes. Two atomic writes (file and
+        // directory fsyncs) per partition were most of a 1,000-partition start-up, so the write is skipped when
+        // the file already says what it would (after a crash) or when there is none (a new log, or one that is
+        // recovered in full anyway: no checkpoint means "recover everything", the safe default).
+        let wanted = Checkpoint {
+            log_start_offset: log.log_start_offset,
+            recovery_point: log.recovery_point,
+            clean_shutdown: false,
+        };
+        if checkpoint.is_some_and(|c| c != wanted) {
+            log.write_checkpoint(false)?;
+        }
         Ok(log)
     }
 
