@@ -6,7 +6,8 @@
 
 For each partition count N: a fresh broker, topics of up to 1,000 partitions each (N partitions in all, RF 1), one
 record produced to every partition, then a clean restart. Reported per (broker, N):
-  create_s      CreateTopics for all the topics, one request per topic, until each answer came back
+  create_s      CreateTopics for all the topics, one request per topic, until a Metadata answer lists every
+                partition with a leader
   produce_rps   records/s producing one record to every partition (acks=1, requests of 1,000 partitions)
   metadata_s    one Metadata request for all topics (v1, null topic list): request sent to response read,
                 median of 5
@@ -93,6 +94,7 @@ class Conn:
         self.s = socket.create_connection(("127.0.0.1", port), timeout=600)
         self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.correlation = 0
+        self.stray = 0
 
     def request(self, api_key, version, body):
         """Sends one request; returns (seconds until the whole response was read, response bytes)."""
@@ -101,9 +103,12 @@ class Conn:
         frame = header + body
         start = time.monotonic()
         self.s.sendall(struct.pack(">i", len(frame)) + frame)
-        size = struct.unpack(">i", self._read(4))[0]
-        data = self._read(size)
-        return time.monotonic() - start, data
+        while True:
+            size = struct.unpack(">i", self._read(4))[0]
+            data = self._read(size)
+            if struct.unpack_from(">i", data, 0)[0] == self.correlation:
+                return time.monotonic() - start, data
+            self.stray += 1  # an answer to an earlier request: not this one's
 
     def _read(self, n):
         chunks, got = [], 0
@@ -120,13 +125,15 @@ class Conn:
 
 
 def create_topics(conn, topics):
-    """CreateTopics v0, one request per topic; returns total seconds. Fails on any error but TOPIC_ALREADY_EXISTS."""
+    """CreateTopics v2, one request per topic; returns total seconds. Fails on any error but TOPIC_ALREADY_EXISTS."""
     total = 0.0
     for name, partitions in topics:
-        body = struct.pack(">i", 1) + _str(name) + struct.pack(">ihii", partitions, 1, 0, 0) + struct.pack(">i", 600_000)
-        took, data = conn.request(19, 0, body)
+        body = (struct.pack(">i", 1) + _str(name) + struct.pack(">ihii", partitions, 1, 0, 0)
+                + struct.pack(">ib", 600_000, 0))
+        took, data = conn.request(19, 2, body)
         total += took
-        code = struct.unpack(">h", data[4 + 4 + 2 + len(name.encode()):][:2])[0]
+        # correlation id, throttle time, topics array length, name, error code
+        code = struct.unpack(">h", data[4 + 4 + 4 + 2 + len(name.encode()):][:2])[0]
         if code not in (0, 36):
             raise RuntimeError(f"CreateTopics {name}: error {code}")
     return total
@@ -170,8 +177,9 @@ def metadata_all(conn):
         for _ in range(i32()):
             i16(), i32()
             leaders.append(i32())
-            pos += 4 * i32()  # replicas
-            pos += 4 * i32()  # isr
+            for _ in range(2):  # replicas, isr
+                n = i32()
+                pos += 4 * n
         topics[name] = leaders
     return took, topics
 
@@ -231,8 +239,10 @@ def one(broker, n, batches):
     broker.start()
     try:
         conn = Conn(broker.port)
-        create_s = create_topics(conn, topics)
+        t_create = time.monotonic()
+        create_topics(conn, topics)
         wait_all_led(broker.port, topics)
+        create_s = time.monotonic() - t_create
         produce_rps = produce_all(conn, topics, batches)
         metadata_s = statistics.median(metadata_all(conn)[0] for _ in range(5))
         conn.close()

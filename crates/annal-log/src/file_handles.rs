@@ -150,18 +150,22 @@ impl FileHandles {
             state.opened_total += 1;
             state.clock += 1;
             let tick = state.clock;
-            if let Some(old) = state.open.insert(
+            // Two users of one file that both found it evicted both open it: keep the later handle.
+            let replaced = state.open.insert(
                 id,
                 Slot {
                     file,
                     last_use: tick,
                 },
-            ) {
+            );
+            if let Some(old) = &replaced {
                 state.by_use.remove(&old.last_use);
             }
             state.by_use.insert(tick, id);
             // The handle just inserted is the most recent: it is never the one evicted.
-            state.evict_over(self.limit())
+            let mut evicted = state.evict_over(self.limit());
+            evicted.extend(replaced);
+            evicted
         };
         drop(evicted);
     }

@@ -11,8 +11,8 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use annal_client::{Client, OutgoingRecord, TopicMetadata};
-use kafka_protocol::records::Compression;
 use bytes::Bytes;
+use kafka_protocol::records::Compression;
 use support::{free_port, ANNAL};
 
 const FD_LIMIT: u64 = 512;
@@ -94,7 +94,11 @@ async fn read_all(client: &mut Client, topic: &TopicMetadata) {
     let mut missing: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, 0)).collect();
     let deadline = Instant::now() + Duration::from_secs(60);
     while !missing.is_empty() {
-        assert!(Instant::now() < deadline, "{} partitions unread", missing.len());
+        assert!(
+            Instant::now() < deadline,
+            "{} partitions unread",
+            missing.len()
+        );
         let fetched = client.fetch(&topic, &missing, 100, 4096).await.unwrap();
         if fetched.iter().any(|p| SETTLING.contains(&p.error_code)) {
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -141,7 +145,10 @@ fn a_broker_with_more_partitions_than_descriptors_serves_them_all_across_kill_9(
                     headers: Vec::new(),
                     timestamp: 1_700_000_000_000,
                 };
-                (p, annal_client::encode_batch(&[record], Compression::None).unwrap())
+                (
+                    p,
+                    annal_client::encode_batch(&[record], Compression::None).unwrap(),
+                )
             })
             .collect();
         for result in client.produce(&topic, batches, -1, 30_000).await.unwrap() {
@@ -175,12 +182,138 @@ fn a_broker_with_more_partitions_than_descriptors_serves_them_all_across_kill_9(
     });
     eprintln!("read again after {:?}", started.elapsed());
     let fds = open_fds(&child);
-    assert!((fds as u64) < FD_LIMIT, "{fds} descriptors open after recovery");
+    assert!(
+        (fds as u64) < FD_LIMIT,
+        "{fds} descriptors open after recovery"
+    );
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(
         !text.contains("Too many open files") && !text.contains("out of file descriptors"),
         "{text}"
     );
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// UNKNOWN_SERVER_ERROR: what an out-of-descriptors failure used to reach clients as.
+const UNKNOWN: i16 = -1;
+
+#[test]
+fn out_of_descriptors_gives_a_clear_error_and_no_half_created_topic() {
+    let data = tempfile::tempdir().unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("broker.log");
+    let (mut child, addr) = serve(data.path(), &log, &[]);
+    block_on(async {
+        let mut client = Client::connect(&addr).await.unwrap();
+        // Idle connections take every descriptor the broker has left (its accept loop backs off on EMFILE).
+        let mut hogs = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while (open_fds(&child) as u64) < FD_LIMIT - 1 && Instant::now() < deadline {
+            for _ in 0..16 {
+                if let Ok(s) = tokio::net::TcpStream::connect(&addr).await {
+                    hogs.push(s);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            (open_fds(&child) as u64) >= FD_LIMIT - 2,
+            "{} descriptors",
+            open_fds(&child)
+        );
+
+        // Either the forward to the controller cannot connect (the topic is not created: a retriable error that
+        // names the cause), or the controller commits the topic and this broker cannot open its logs (it installs
+        // none of them and logs the limits to raise). Never UNKNOWN, never part of a topic.
+        let created = client.create_topic("blocked", Some(50), Some(1), &[]).await;
+        eprintln!("CreateTopics while out of descriptors: {created:?}");
+        match &created {
+            Err(e) => {
+                let message = format!("{e:#}");
+                assert!(
+                    message.contains("NOT_CONTROLLER") && message.contains("Too many open files"),
+                    "{message}"
+                );
+            }
+            Ok(_) => {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                let mut text = std::fs::read_to_string(&log).unwrap();
+                while !text.contains("log.open.files.max") && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    text = std::fs::read_to_string(&log).unwrap();
+                }
+                assert!(
+                    text.contains("log.open.files.max") && text.contains("ulimit -n"),
+                    "the broker log names the limits: {text}"
+                );
+            }
+        }
+        let topics = client.metadata(Some(&["blocked"])).await.unwrap();
+        let (code, meta) = &topics[0];
+        assert_ne!(*code, UNKNOWN);
+        let led = meta.partitions.iter().filter(|p| p.leader >= 0).count();
+        assert!(
+            led == 0 || led == 50,
+            "{led} of 50 partitions: half a topic"
+        );
+
+        // Descriptors come back: the retried apply opens every log, the whole topic is served.
+        drop(hogs);
+        if created.is_err() {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while let Err(e) = client.create_topic("blocked", Some(50), Some(1), &[]).await {
+                assert!(
+                    Instant::now() < deadline,
+                    "CreateTopics never worked again: {e:#}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        let topic = client.created_topic("blocked").await.unwrap();
+        assert_eq!(topic.partitions.len(), 50);
+        let batches = (0..50)
+            .map(|p| {
+                let record = OutgoingRecord {
+                    key: None,
+                    value: Some(value(p)),
+                    headers: Vec::new(),
+                    timestamp: 1_700_000_000_000,
+                };
+                (
+                    p,
+                    annal_client::encode_batch(&[record], Compression::None).unwrap(),
+                )
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut batches: Vec<(i32, Bytes)> = batches;
+        while !batches.is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "{} partitions never took a record",
+                batches.len()
+            );
+            let results = client
+                .produce(&topic, batches.clone(), -1, 30_000)
+                .await
+                .unwrap();
+            for r in &results {
+                assert_ne!(
+                    r.error_code, UNKNOWN,
+                    "partition {}: {:?}",
+                    r.partition, r.error_message
+                );
+            }
+            let done: Vec<i32> = results
+                .iter()
+                .filter(|r| r.error_code == 0)
+                .map(|r| r.partition)
+                .collect();
+            batches.retain(|(p, _)| !done.contains(p));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
     child.kill().unwrap();
     child.wait().unwrap();
 }
