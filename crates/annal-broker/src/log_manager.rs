@@ -73,6 +73,14 @@ impl LogManager {
     /// Loads the registry, opens every partition's log (recovering it if the last shutdown was not clean) and
     /// removes directories of partitions no longer registered. Returns the opened logs too.
     pub fn open(config: &BrokerConfig) -> anyhow::Result<(LogManager, Vec<OpenedLogs>)> {
+        // Every partition's segment files share the process's budget (`log.open.files.max`): the engine opens
+        // them on demand and closes the least recently used, so partitions never run out of descriptors.
+        annal_log::FileHandles::process_default().set_limit(config.open_files_max);
+        tracing::info!(
+            log_open_files_max = config.open_files_max,
+            nofile_soft_limit = annal_log::nofile_soft_limit(),
+            "segment files share an open-file budget"
+        );
         let data_dir = config.data_dir.clone();
         let path = data_dir.join(REGISTRY_FILE);
         let persisted: Persisted = match std::fs::read(&path) {

@@ -20,9 +20,19 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    /// Reads the checkpoint; `None` if missing or unreadable (then the log is recovered fully).
-    pub fn read(dir: &Path) -> Option<Checkpoint> {
-        let text = std::fs::read_to_string(dir.join(FILE_NAME)).ok()?;
+    /// Reads the checkpoint; `None` if missing or malformed (then the log is recovered fully). A file that
+    /// cannot be read (out of descriptors, I/O error) is an error, not a missing checkpoint: taking it for one
+    /// would forget the log start offset.
+    pub fn read(dir: &Path) -> crate::Result<Option<Checkpoint>> {
+        let path = dir.join(FILE_NAME);
+        match std::fs::read(&path) {
+            Ok(bytes) => Ok(String::from_utf8(bytes).ok().and_then(|t| Self::parse(&t))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(LogError::io("read checkpoint", &path, e)),
+        }
+    }
+
+    fn parse(text: &str) -> Option<Checkpoint> {
         let mut lines = text.lines();
         if lines.next()? != "annal-checkpoint 1" {
             return None;

@@ -1,5 +1,9 @@
 //! Per-partition log settings, named after Kafka's topic configs.
 
+use std::sync::Arc;
+
+use crate::file_handles::FileHandles;
+
 /// Settings of one partition's log. Field names follow Kafka's topic configs (`segment.bytes` is
 /// `segment_bytes`); defaults are Kafka's.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,6 +43,9 @@ pub struct LogConfig {
     /// `key.index.enable` (Annal's own): keep a key index beside each segment, so records can be found by key
     /// (`Log::lookup_key`) without scanning. Derived data; see `key_index.rs`.
     pub key_index: bool,
+    /// The open-file budget segment files are reached through, shared by every log of the process by
+    /// default ([`FileHandles::process_default`]); see `file_handles.rs`.
+    pub file_handles: Arc<FileHandles>,
 }
 
 impl LogConfig {
@@ -77,6 +84,7 @@ impl Default for LogConfig {
             min_compaction_lag_ms: 0,
             max_compaction_lag_ms: i64::MAX,
             key_index: false,
+            file_handles: FileHandles::process_default(),
         }
     }
 }

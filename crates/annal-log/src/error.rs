@@ -71,6 +71,16 @@ pub enum LogError {
         pending_segments: usize,
         segments: usize,
     },
+    /// The process is out of file descriptors (EMFILE, or ENFILE for the whole system) even after the engine
+    /// closed half of its cached handles (Kafka: KAFKA_STORAGE_ERROR, retriable).
+    #[error("{op} {path}: out of file descriptors ({source}); the engine caches at most {limit} open segment files (the broker's log.open.files.max) and the process's limit (`ulimit -n`, systemd LimitNOFILE) must leave room for them and every socket: raise the limit or lower log.open.files.max")]
+    TooManyOpenFiles {
+        op: &'static str,
+        path: PathBuf,
+        limit: usize,
+        #[source]
+        source: std::io::Error,
+    },
     /// Files on disk that cannot be made sense of and cannot be repaired automatically.
     #[error("unrecoverable log directory {path}: {reason}")]
     Unrecoverable { path: PathBuf, reason: String },
@@ -78,11 +88,24 @@ pub enum LogError {
 
 impl LogError {
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        if crate::file_handles::is_out_of_descriptors(&source) {
+            return LogError::TooManyOpenFiles {
+                op,
+                path: path.into(),
+                limit: crate::file_handles::FileHandles::process_default().limit(),
+                source,
+            };
+        }
         LogError::Io {
             op,
             path: path.into(),
             source,
         }
+    }
+
+    /// True when the process (or system) ran out of file descriptors.
+    pub fn is_too_many_open_files(&self) -> bool {
+        matches!(self, LogError::TooManyOpenFiles { .. })
     }
 
     /// True when the disk is full: the append failed, nothing was kept, and it will work once space is freed.

@@ -25,8 +25,10 @@ use std::fs::File;
 use std::io::{BufReader, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::batch::BatchHeader;
+use crate::file_handles::{CachedFile, FileHandles};
 
 /// File suffix, beside `.log`, `.index`, `.timeindex`, `.txnindex`.
 pub const SUFFIX: &str = "keyindex";
@@ -134,7 +136,7 @@ impl Building {
         while next < sealed.entry_count {
             let n = (sealed.entry_count - next).min(RUN_CHUNK_ENTRIES as u32);
             let bytes = &mut buf[..n as usize * ENTRY_BYTES];
-            sealed.file.read_exact_at(
+            sealed.file.get_io()?.read_exact_at(
                 bytes,
                 HEADER_BYTES as u64 + u64::from(next) * ENTRY_BYTES as u64,
             )?;
@@ -172,7 +174,8 @@ pub struct SegmentShape {
 #[derive(Debug)]
 pub(crate) struct SealedKeyIndex {
     path: PathBuf,
-    file: File,
+    /// Reached through the open-file budget (`file_handles.rs`): a sealed segment's key index is cold.
+    file: CachedFile,
     entry_count: u32,
 }
 
@@ -188,7 +191,7 @@ impl SealedKeyIndex {
 
     fn entry_at(&self, index: u32) -> std::io::Result<(u32, u32)> {
         let mut buf = [0u8; ENTRY_BYTES];
-        self.file.read_exact_at(
+        self.file.get_io()?.read_exact_at(
             &mut buf,
             HEADER_BYTES as u64 + u64::from(index) * ENTRY_BYTES as u64,
         )?;
@@ -232,7 +235,7 @@ impl SealedKeyIndex {
             let n = remaining.min(RUN_CHUNK_ENTRIES).min(max - out.len());
             let first = if reverse { cursor - n as u32 } else { cursor };
             let bytes = &mut buf[..n * ENTRY_BYTES];
-            self.file.read_exact_at(
+            self.file.get_io()?.read_exact_at(
                 bytes,
                 HEADER_BYTES as u64 + u64::from(first) * ENTRY_BYTES as u64,
             )?;
@@ -282,6 +285,7 @@ pub(crate) fn write_file(
     dir: &Path,
     shape: &SegmentShape,
     building: &Building,
+    handles: &Arc<FileHandles>,
 ) -> std::io::Result<SealedKeyIndex> {
     let entries = building.sorted_entries();
     let entry_count = u32::try_from(entries.len())
@@ -301,7 +305,7 @@ pub(crate) fn write_file(
     }
     std::fs::rename(&tmp, &path)?;
     Ok(SealedKeyIndex {
-        file: File::open(&path)?,
+        file: CachedFile::closed(handles, &path),
         path,
         entry_count,
     })
@@ -417,7 +421,11 @@ pub fn inspect_file(path: &Path) -> Result<KeyIndexSummary, String> {
 
 /// Opens the file of the segment `shape` describes if it passes every check and describes exactly this
 /// segment; otherwise the reason, and the caller rebuilds.
-pub(crate) fn load(dir: &Path, shape: &SegmentShape) -> Result<SealedKeyIndex, String> {
+pub(crate) fn load(
+    dir: &Path,
+    shape: &SegmentShape,
+    handles: &Arc<FileHandles>,
+) -> Result<SealedKeyIndex, String> {
     let path = path_in(dir, shape.base_offset);
     if !path.exists() {
         return Err("no key index file".into());
@@ -434,7 +442,7 @@ pub(crate) fn load(dir: &Path, shape: &SegmentShape) -> Result<SealedKeyIndex, S
         ));
     }
     Ok(SealedKeyIndex {
-        file: File::open(&path).map_err(|e| format!("cannot open: {e}"))?,
+        file: CachedFile::closed(handles, &path),
         path,
         entry_count: summary.entry_count,
     })

@@ -25,6 +25,7 @@ mod cleaner;
 mod config;
 pub mod control;
 mod error;
+mod file_handles;
 mod fsync_stats;
 mod group_commit;
 mod index;
@@ -43,6 +44,10 @@ pub use crate::cleaner::{
 };
 pub use crate::config::LogConfig;
 pub use crate::error::LogError;
+pub use crate::file_handles::{
+    nofile_soft_limit, raise_nofile_soft_limit, FileHandleStats, FileHandles, FILE_HANDLES_MIN,
+    NON_LOG_DESCRIPTORS_RESERVE,
+};
 pub use crate::fsync_stats::{fsync_snapshot, FsyncSnapshot};
 pub use crate::group_commit::{DurableError, DurableLog, DurableWait, GroupCommit};
 pub use crate::key_lookup::{

@@ -111,6 +111,9 @@ pub struct SegmentInfo {
     pub size_bytes: u64,
     pub max_timestamp: Option<i64>,
     pub path: PathBuf,
+    /// Whether the offset and time indexes are in memory (the active segment once appended to) or read from
+    /// their files on demand (sealed segments, and every segment after an open).
+    pub indexes_in_memory: bool,
 }
 
 /// Snapshot files beyond this many (newest kept) are deleted.
@@ -152,7 +155,7 @@ impl Log {
             "segment.bytes out of range"
         );
         std::fs::create_dir_all(dir).map_err(|e| LogError::io("create log directory", dir, e))?;
-        let checkpoint = Checkpoint::read(dir);
+        let checkpoint = Checkpoint::read(dir)?;
         // A cleaning pass interrupted after its swap was decided is finished here; one interrupted before is
         // dropped (see `cleaner::swap`). Either way the segments are the old ones or the new ones.
         cleaner::swap::complete(dir)?;
@@ -239,7 +242,18 @@ impl Log {
             first_dirty_offset: cleaner::read_checkpoint(dir).unwrap_or(0).min(log_end),
         };
         log.load_producer_state(&snapshots, first_recovered)?;
-        log.write_checkpoint(false)?;
+        // The clean-shutdown flag must be cleared on disk before anything changes. Two atomic writes (file and
+        // directory fsyncs) per partition were most of a 1,000-partition start-up, so the write is skipped when
+        // the file already says what it would (after a crash) or when there is none (a new log, or one that is
+        // recovered in full anyway: no checkpoint means "recover everything", the safe default).
+        let wanted = Checkpoint {
+            log_start_offset: log.log_start_offset,
+            recovery_point: log.recovery_point,
+            clean_shutdown: false,
+        };
+        if checkpoint.is_some_and(|c| c != wanted) {
+            log.write_checkpoint(false)?;
+        }
         Ok(log)
     }
 
@@ -374,6 +388,7 @@ impl Log {
                 size_bytes: s.size(),
                 max_timestamp: s.max_timestamp().map(|(ts, _)| ts),
                 path: s.log_path().to_path_buf(),
+                indexes_in_memory: s.indexes_in_memory(),
             })
             .collect()
     }
@@ -1068,13 +1083,23 @@ impl Log {
             .segments
             .values()
             .filter(|s| s.base_offset() < cleanable.first_uncleanable_offset)
-            .map(|s| SegmentSnapshot {
-                base_offset: s.base_offset(),
-                next_offset: s.next_offset(),
-                size: s.size(),
-                file: s.file_handle(),
+            .map(|s| {
+                Ok(SegmentSnapshot {
+                    base_offset: s.base_offset(),
+                    next_offset: s.next_offset(),
+                    size: s.size(),
+                    file: s.file_handle()?,
+                })
             })
-            .collect();
+            .collect::<crate::Result<Vec<_>>>();
+        let segments = match segments {
+            Ok(segments) => segments,
+            Err(e) => {
+                // Out of descriptors, most likely: the next pass tries again.
+                tracing::warn!(dir = %self.dir.display(), error = %e, "cannot open the segments to clean; skipping this pass");
+                return None;
+            }
+        };
         // An aborted transaction's marker (and so its index entry) may be in a later segment than its data,
         // even in the active one: every segment's entries are looked at (they are in memory).
         let mut aborted: Vec<AbortedTxn> = self
@@ -1361,9 +1386,15 @@ impl Log {
             .values()
             .filter(|s| s.next_offset() > self.recovery_point)
             .map(Segment::file_handle)
-            .collect();
+            .collect::<crate::Result<Vec<_>>>();
+        let (files, failed) = match files {
+            Ok(files) => (files, None),
+            // Reported by `sync`, where the caller expects an fsync's failure.
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        };
         SyncHandle {
             files,
+            failed,
             upto: self.log_end_offset(),
         }
     }
@@ -1444,6 +1475,8 @@ fn transaction_marker(batches: &[u8], v: &batch::ValidatedBatch) -> crate::Resul
 #[derive(Debug, Clone)]
 pub struct SyncHandle {
     files: Vec<Arc<File>>,
+    /// A file could not be (re)opened when the handle was taken: `sync` fails with this.
+    failed: Option<String>,
     upto: i64,
 }
 
@@ -1454,6 +1487,9 @@ impl SyncHandle {
     }
 
     pub fn sync(&self) -> std::io::Result<()> {
+        if let Some(reason) = &self.failed {
+            return Err(std::io::Error::other(reason.clone()));
+        }
         for file in &self.files {
             crate::fsync_stats::timed(|| file.sync_data())?;
         }

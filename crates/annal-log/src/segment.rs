@@ -9,6 +9,7 @@ use std::sync::Arc;
 use crate::batch::{self, BatchHeader, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2};
 use crate::config::LogConfig;
 use crate::error::LogError;
+use crate::file_handles::CachedFile;
 use crate::index::{OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
 use crate::key_index::{self, Building, KeyIndex, SegmentShape};
 use crate::slice::FileSlice;
@@ -27,7 +28,8 @@ const HEADER_PREFIX: usize = batch::field::LAST_OFFSET_DELTA + 4;
 pub struct Segment {
     base_offset: i64,
     log_path: PathBuf,
-    file: Arc<File>,
+    /// The `.log` file, reached through the process's open-file budget (`file_handles.rs`).
+    file: CachedFile,
     /// Bytes of whole, valid batches; appends go here.
     size: u64,
     /// The offset after the last batch, or the base offset when empty.
@@ -60,18 +62,20 @@ pub struct OpenReport {
 
 impl Segment {
     pub fn create(dir: &Path, base_offset: i64, config: &LogConfig) -> crate::Result<Segment> {
+        let handles = &config.file_handles;
         let log_path = dir.join(file_name(base_offset, "log"));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&log_path)
-            .map_err(|e| LogError::io("create segment", &log_path, e))?;
+        let file = CachedFile::open(
+            handles,
+            "create segment",
+            &log_path,
+            OpenOptions::new().read(true).write(true).create_new(true),
+        )?;
         let index_path = dir.join(file_name(base_offset, "index"));
         let time_path = dir.join(file_name(base_offset, "timeindex"));
-        let indexes = OffsetIndex::create(&index_path, config.segment_index_bytes).and_then(|o| {
-            TimeIndex::create(&time_path, config.segment_index_bytes).map(|t| (o, t))
-        });
+        let indexes = OffsetIndex::create(handles, &index_path, config.segment_index_bytes)
+            .and_then(|o| {
+                TimeIndex::create(handles, &time_path, config.segment_index_bytes).map(|t| (o, t))
+            });
         let (offset_index, time_index) = match indexes {
             Ok(indexes) => indexes,
             Err(e) => {
@@ -83,7 +87,7 @@ impl Segment {
                 return Err(e);
             }
         };
-        let txn_index = match TxnIndex::create(&TxnIndex::path_in(dir, base_offset)) {
+        let txn_index = match TxnIndex::create(&TxnIndex::path_in(dir, base_offset), handles) {
             Ok(index) => index,
             Err(e) => {
                 for path in [&log_path, &index_path, &time_path] {
@@ -101,7 +105,7 @@ impl Segment {
             },
             base_offset,
             log_path,
-            file: Arc::new(file),
+            file,
             size: 0,
             next_offset: base_offset,
             max_timestamp: None,
@@ -123,12 +127,16 @@ impl Segment {
         config: &LogConfig,
         recover: bool,
     ) -> crate::Result<(Segment, OpenReport)> {
+        let handles = &config.file_handles;
         let log_path = dir.join(file_name(base_offset, "log"));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&log_path)
-            .map_err(|e| LogError::io("open segment", &log_path, e))?;
+        let cached = CachedFile::open(
+            handles,
+            "open segment",
+            &log_path,
+            OpenOptions::new().read(true).write(true),
+        )?;
+        let file = cached.get()?;
+        let mut cached = Some(cached);
         let file_size = file
             .metadata()
             .map_err(|e| LogError::io("stat segment", &log_path, e))?
@@ -140,6 +148,7 @@ impl Segment {
         if !recover && file_size <= LogConfig::SEGMENT_BYTES_MAX {
             if let Some(segment) = Self::open_trusting_indexes(
                 &log_path,
+                &mut cached,
                 &file,
                 file_size,
                 &index_path,
@@ -149,23 +158,29 @@ impl Segment {
                 &mut report,
             )? {
                 let mut segment = segment;
-                segment.txn_index =
-                    TxnIndex::load(&TxnIndex::path_in(dir, base_offset), segment.next_offset)?;
+                segment.txn_index = TxnIndex::load(
+                    &TxnIndex::path_in(dir, base_offset),
+                    segment.next_offset,
+                    handles,
+                )?;
                 segment.set_key_index(config.key_index)?;
+                segment.release_index_memory();
                 return Ok((segment, report));
             }
         }
         let mut segment = Segment {
             base_offset,
             log_path: log_path.clone(),
-            file: Arc::new(file),
+            file: cached
+                .take()
+                .expect("taken only by a trusted open, which returned"),
             size: 0,
             next_offset: base_offset,
             max_timestamp: None,
             first_batch_timestamp: None,
-            offset_index: OffsetIndex::create(&index_path, config.segment_index_bytes)?,
-            time_index: TimeIndex::create(&time_path, config.segment_index_bytes)?,
-            txn_index: TxnIndex::detached(&TxnIndex::path_in(dir, base_offset)),
+            offset_index: OffsetIndex::create(handles, &index_path, config.segment_index_bytes)?,
+            time_index: TimeIndex::create(handles, &time_path, config.segment_index_bytes)?,
+            txn_index: TxnIndex::detached(&TxnIndex::path_in(dir, base_offset), handles),
             bytes_since_last_index_entry: 0,
             index_interval_bytes: config.index_interval_bytes,
             key_index: KeyIndex::Off,
@@ -175,8 +190,11 @@ impl Segment {
         }
         let valid_size = segment.rebuild_from_log(file_size)?;
         // Entries for markers that survived stay; the log's producer-state replay re-adds any that are missing.
-        segment.txn_index =
-            TxnIndex::load(&TxnIndex::path_in(dir, base_offset), segment.next_offset)?;
+        segment.txn_index = TxnIndex::load(
+            &TxnIndex::path_in(dir, base_offset),
+            segment.next_offset,
+            handles,
+        )?;
         // Rebuilt indexes go to their files now, not only when more entries arrive.
         segment.offset_index.write_buffered()?;
         segment.time_index.write_buffered()?;
@@ -188,22 +206,20 @@ impl Segment {
                 dropped_bytes = file_size - valid_size,
                 "truncating a torn or corrupt tail"
             );
-            segment
-                .file
-                .set_len(valid_size)
+            file.set_len(valid_size)
                 .map_err(|e| LogError::io("truncate segment", &log_path, e))?;
-            segment
-                .file
-                .sync_all()
+            file.sync_all()
                 .map_err(|e| LogError::io("fsync segment", &log_path, e))?;
         }
         segment.set_key_index(config.key_index)?;
+        segment.release_index_memory();
         Ok((segment, report))
     }
 
     #[allow(clippy::too_many_arguments)]
     fn open_trusting_indexes(
         log_path: &Path,
+        cached: &mut Option<CachedFile>,
         file: &File,
         file_size: u64,
         index_path: &Path,
@@ -216,8 +232,9 @@ impl Segment {
             report.rebuilt_indexes = Some("index files missing".into());
             return Ok(None);
         }
+        let handles = &config.file_handles;
         let offset_index =
-            match OffsetIndex::load(index_path, config.segment_index_bytes, file_size)? {
+            match OffsetIndex::load(handles, index_path, config.segment_index_bytes, file_size)? {
                 Ok(index) => index,
                 Err(reason) => {
                     report.rebuilt_indexes = Some(format!("offset index: {reason}"));
@@ -225,10 +242,8 @@ impl Segment {
                 }
             };
         // Walk from the last offset index entry to the end: the tail that no entry covers.
-        let tail_start = offset_index
-            .entries()
-            .last()
-            .map_or(0, |e| u64::from(e.position));
+        let last_entry = offset_index.last()?;
+        let tail_start = last_entry.map_or(0, |e| u64::from(e.position));
         let mut walk = Walk {
             next_offset: base_offset,
             max_timestamp: None,
@@ -244,7 +259,7 @@ impl Segment {
                 {
                     if position == tail_start && tail_start > 0 {
                         // The entry says which batch starts here; it must agree.
-                        let entry = offset_index.entries().last().expect("tail_start > 0");
+                        let entry = last_entry.expect("tail_start > 0");
                         if header.last_offset() != base_offset + i64::from(entry.relative_offset) {
                             ok = false;
                             break;
@@ -269,16 +284,20 @@ impl Segment {
             return Ok(None);
         }
         let next_relative = (walk.next_offset - base_offset).max(0) as u64;
-        let time_index =
-            match TimeIndex::load(time_path, config.segment_index_bytes, next_relative)? {
-                Ok(index) => index,
-                Err(reason) => {
-                    report.rebuilt_indexes = Some(format!("time index: {reason}"));
-                    return Ok(None);
-                }
-            };
+        let time_index = match TimeIndex::load(
+            handles,
+            time_path,
+            config.segment_index_bytes,
+            next_relative,
+        )? {
+            Ok(index) => index,
+            Err(reason) => {
+                report.rebuilt_indexes = Some(format!("time index: {reason}"));
+                return Ok(None);
+            }
+        };
         let mut max_timestamp = time_index
-            .last()
+            .last()?
             .map(|e| (e.timestamp, base_offset + i64::from(e.relative_offset)));
         if let Some((ts, offset)) = walk.max_timestamp {
             if max_timestamp.is_none_or(|(m, _)| ts > m) {
@@ -295,17 +314,14 @@ impl Segment {
         Ok(Some(Segment {
             base_offset,
             log_path: log_path.to_path_buf(),
-            file: Arc::new(
-                file.try_clone()
-                    .map_err(|e| LogError::io("open segment", log_path, e))?,
-            ),
+            file: cached.take().expect("the trusted open takes the file once"),
             size: file_size,
             next_offset: walk.next_offset,
             max_timestamp,
             first_batch_timestamp,
             offset_index,
             time_index,
-            txn_index: TxnIndex::detached(&log_path.with_extension("txnindex")),
+            txn_index: TxnIndex::detached(&log_path.with_extension("txnindex"), handles),
             bytes_since_last_index_entry: walk.bytes_after_tail_start,
             index_interval_bytes: config.index_interval_bytes,
             key_index: KeyIndex::Off,
@@ -315,7 +331,7 @@ impl Segment {
     /// Scans the whole file, validating each batch and re-creating index entries. Returns the size of the valid
     /// prefix; state (`size`, `next_offset`, timestamps, indexes) describes exactly that prefix.
     fn rebuild_from_log(&mut self, file_size: u64) -> crate::Result<u64> {
-        let file = Arc::clone(&self.file);
+        let file = self.log_file()?;
         let mut reader = BufReader::with_capacity(1 << 20, &*file);
         let mut position = 0u64;
         let mut buf = Vec::new();
@@ -444,8 +460,9 @@ impl Segment {
     /// size, so the segment stays exactly as it was.
     pub fn append(&mut self, bytes: &[u8], headers: &[BatchHeader]) -> crate::Result<()> {
         let start = self.size;
-        if let Err(e) = self.file.write_all_at(bytes, start) {
-            let _ = self.file.set_len(start);
+        let file = self.log_file()?;
+        if let Err(e) = file.write_all_at(bytes, start) {
+            let _ = file.set_len(start);
             return Err(LogError::io("append to segment", &self.log_path, e));
         }
         let before = (
@@ -459,7 +476,7 @@ impl Segment {
             if let Err(e) = self.index_batch(header, position) {
                 // An index write failed (disk full) after the batches were written: take them out again, or
                 // recovery after a crash would bring back an append that was reported as failed.
-                let _ = self.file.set_len(start);
+                let _ = file.set_len(start);
                 let _ = self.offset_index.truncate_to_position(start as u32);
                 if let Some(first) = headers.first() {
                     let _ = self
@@ -485,7 +502,7 @@ impl Segment {
     fn header_at(&self, position: u64) -> crate::Result<BatchHeader> {
         let mut head = [0u8; HEADER_SIZE];
         let want = HEADER_SIZE.min((self.size - position) as usize);
-        self.file
+        self.log_file()?
             .read_exact_at(&mut head[..want], position)
             .map_err(|e| LogError::io("read segment", &self.log_path, e))?;
         let header = BatchHeader::parse(&head)
@@ -505,7 +522,7 @@ impl Segment {
         }
         let relative = (offset - self.base_offset).clamp(0, i64::from(u32::MAX)) as u32;
         let mut position = 0;
-        if let Some(entry) = self.offset_index.lookup(relative) {
+        if let Some(entry) = self.offset_index.lookup(relative)? {
             // The load checks cannot see an entry that is in order and in range but wrong (a damaged file);
             // the batch it points at must be the one it names, else scan from the segment start.
             match self.header_at(u64::from(entry.position)) {
@@ -569,7 +586,7 @@ impl Segment {
             end += header.size() as u64;
         }
         let slice = FileSlice {
-            file: Arc::clone(&self.file),
+            file: self.log_file()?,
             position: start,
             len: (end - start) as usize,
         };
@@ -587,11 +604,26 @@ impl Segment {
         limit: u64,
         upper_bound: i64,
     ) -> Option<(u64, BatchHeader)> {
-        let entries = self.offset_index.entries();
-        let within_limit = entries.partition_point(|e| u64::from(e.position) <= limit);
-        let within_bound = entries
-            .partition_point(|e| self.base_offset + i64::from(e.relative_offset) <= upper_bound);
-        let entry = entries[..within_limit.min(within_bound)].last()?;
+        let index = &self.offset_index;
+        let found = index
+            .partition_point(|e| u64::from(e.position) <= limit)
+            .and_then(|within_limit| {
+                let within_bound = index.partition_point(|e| {
+                    self.base_offset + i64::from(e.relative_offset) <= upper_bound
+                })?;
+                match within_limit.min(within_bound) {
+                    0 => Ok(None),
+                    n => index.get(n - 1).map(Some),
+                }
+            });
+        let entry = match found {
+            Ok(entry) => entry?,
+            Err(e) => {
+                // A hint only: the batch headers are walked instead.
+                tracing::warn!(segment = %self.log_path.display(), error = %e, "cannot read the offset index; reading batch headers instead");
+                return None;
+            }
+        };
         let position = u64::from(entry.position);
         if position < from || position >= self.size {
             return None;
@@ -622,7 +654,7 @@ impl Segment {
         if self.max_timestamp.is_none_or(|(max, _)| max < timestamp) {
             return Ok(None);
         }
-        let start_relative = self.time_index.lookup(timestamp).unwrap_or(0);
+        let start_relative = self.time_index.lookup(timestamp)?.unwrap_or(0);
         let start_offset = (self.base_offset + i64::from(start_relative)).max(from_offset);
         let mut cursor = self.find_batch(start_offset)?;
         while let Some((position, header)) = cursor {
@@ -663,7 +695,7 @@ impl Segment {
         visit: impl FnOnce(&[crate::records::Record<'_>]) -> T,
     ) -> crate::Result<Option<T>> {
         let mut bytes = vec![0u8; header.size()];
-        self.file
+        self.log_file()?
             .read_exact_at(&mut bytes, position)
             .map_err(|e| LogError::io("read segment", &self.log_path, e))?;
         let records = crate::records::DecodedBatch::new(&bytes, limit)
@@ -712,7 +744,7 @@ impl Segment {
         // The key index file goes before the log is cut: a crash between the two must not leave a file that
         // could match the segment again once new records (other keys) grow it back to the same size and end.
         self.truncate_key_index(self.relative(cut.base_offset), position)?;
-        self.file
+        self.log_file()?
             .set_len(position)
             .map_err(|e| LogError::io("truncate segment", &self.log_path, e))?;
         self.offset_index.truncate_to_position(position as u32)?;
@@ -726,8 +758,8 @@ impl Segment {
         self.first_batch_timestamp = None;
         self.bytes_since_last_index_entry = 0;
         let mut walk_position = 0;
-        let entries = self.offset_index.entries().len();
-        let time_entries = self.time_index.entries().len();
+        let entries = self.offset_index.len();
+        let time_entries = self.time_index.len();
         while walk_position < position {
             self.size = position; // header_at reads within size
             let header = self.header_at(walk_position)?;
@@ -737,13 +769,12 @@ impl Segment {
             walk_position += header.size() as u64;
         }
         self.size = position;
-        debug_assert_eq!(entries, self.offset_index.entries().len());
-        debug_assert_eq!(time_entries, self.time_index.entries().len());
+        debug_assert_eq!(entries, self.offset_index.len());
+        debug_assert_eq!(time_entries, self.time_index.len());
         self.bytes_since_last_index_entry = position
             - self
                 .offset_index
-                .entries()
-                .last()
+                .last()?
                 .map_or(0, |e| u64::from(e.position));
         Ok(removed)
     }
@@ -759,12 +790,38 @@ impl Segment {
                 })?;
             }
         }
+        self.release_index_memory();
         Ok(())
+    }
+
+    /// Drops the in-memory entries of the offset and time indexes: lookups read their files through the page
+    /// cache until an append makes this the active segment again. A failed write (disk full) keeps them in
+    /// memory, still exact; the next fsync reports the error.
+    pub fn release_index_memory(&mut self) {
+        if let Err(e) = self
+            .offset_index
+            .release_memory()
+            .and_then(|()| self.time_index.release_memory())
+        {
+            tracing::warn!(segment = %self.log_path.display(), error = %e, "cannot write index entries; keeping them in memory");
+        }
+    }
+
+    /// Whether the offset and time indexes are held in memory (the active segment) rather than read from
+    /// their files (inspection and tests).
+    pub fn indexes_in_memory(&self) -> bool {
+        self.offset_index.is_in_memory() || self.time_index.is_in_memory()
+    }
+
+    /// The `.log` file's handle, reopened through the open-file budget if it was evicted.
+    fn log_file(&self) -> crate::Result<Arc<File>> {
+        self.file.get()
     }
 
     /// fsyncs the log file and its indexes.
     pub fn sync(&mut self) -> crate::Result<()> {
-        crate::fsync_stats::timed(|| self.file.sync_data())
+        let file = self.log_file()?;
+        crate::fsync_stats::timed(|| file.sync_data())
             .map_err(|e| LogError::io("fsync segment", &self.log_path, e))?;
         self.offset_index.sync()?;
         self.time_index.sync()?;
@@ -775,11 +832,11 @@ impl Segment {
     /// that runs without the segment (see `roll_flush.rs`). Buffered index entries are written first.
     pub fn durable_files(&mut self) -> crate::Result<Vec<(Arc<File>, PathBuf)>> {
         let mut files = vec![
-            (Arc::clone(&self.file), self.log_path.clone()),
+            (self.log_file()?, self.log_path.clone()),
             self.offset_index.durable_handle()?,
             self.time_index.durable_handle()?,
         ];
-        files.extend(self.txn_index.durable_handle());
+        files.extend(self.txn_index.durable_handle()?);
         Ok(files)
     }
 
@@ -796,13 +853,15 @@ impl Segment {
         self.txn_index.append(entry)
     }
 
-    /// A handle that can fsync the log file without holding the segment.
-    pub fn file_handle(&self) -> Arc<File> {
-        Arc::clone(&self.file)
+    /// A handle that can fsync (or read) the log file without holding the segment.
+    pub fn file_handle(&self) -> crate::Result<Arc<File>> {
+        self.log_file()
     }
 
     /// Removes the segment's files.
-    pub fn delete(self) -> crate::Result<()> {
+    pub fn delete(mut self) -> crate::Result<()> {
+        self.offset_index.discard_buffered();
+        self.time_index.discard_buffered();
         let dir = self
             .log_path
             .parent()
@@ -927,7 +986,7 @@ impl Segment {
             }
             KeyIndex::Unverified => {
                 if sealed {
-                    match key_index::load(&dir, &self.shape()) {
+                    match key_index::load(&dir, &self.shape(), self.file.handles()) {
                         Ok(file) => {
                             // Checking read the whole file: that is this step's work.
                             let checked = file.file_bytes();
@@ -949,7 +1008,7 @@ impl Segment {
         };
         let result = self.index_keys_from(&mut building, budget_bytes, limit, sealed);
         if result.is_ok() && sealed && building.position == self.size {
-            match key_index::write_file(&dir, &self.shape(), &building) {
+            match key_index::write_file(&dir, &self.shape(), &building, self.file.handles()) {
                 Ok(file) => {
                     self.key_index = KeyIndex::Sealed(file);
                     return result;
@@ -981,7 +1040,7 @@ impl Segment {
             let header = self.header_at(position)?;
             if key_index::indexable(&header) {
                 bytes.resize(header.size(), 0);
-                self.file
+                self.log_file()?
                     .read_exact_at(&mut bytes, position)
                     .map_err(|e| LogError::io("read segment", &self.log_path, e))?;
                 match crate::records::DecodedBatch::new(&bytes, limit) {
@@ -1139,7 +1198,7 @@ impl Segment {
             return Ok(None);
         }
         let mut bytes = vec![0u8; header.size()];
-        self.file
+        self.log_file()?
             .read_exact_at(&mut bytes, position)
             .map_err(|e| LogError::io("read segment", &self.log_path, e))?;
         match crate::control::parse_marker(&bytes) {

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use crate::batch;
 use crate::error::LogError;
+use crate::file_handles::{CachedFile, FileHandles};
 
 /// Bytes of one entry on disk.
 pub const ENTRY_SIZE: usize = 34;
@@ -64,8 +65,9 @@ impl AbortedTxn {
 #[derive(Debug)]
 pub struct TxnIndex {
     path: PathBuf,
-    /// Opened (created) with the first entry.
-    file: Option<Arc<File>>,
+    /// Created with the first entry; reached through the open-file budget.
+    file: Option<CachedFile>,
+    handles: Arc<FileHandles>,
     /// In file order: `last_offset` strictly increasing.
     entries: Vec<AbortedTxn>,
 }
@@ -76,7 +78,7 @@ impl TxnIndex {
     }
 
     /// An index with no entries and no file yet (a new segment). A stale file at the path is removed.
-    pub fn create(path: &Path) -> crate::Result<TxnIndex> {
+    pub fn create(path: &Path, handles: &Arc<FileHandles>) -> crate::Result<TxnIndex> {
         match std::fs::remove_file(path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -85,15 +87,17 @@ impl TxnIndex {
         Ok(TxnIndex {
             path: path.to_path_buf(),
             file: None,
+            handles: Arc::clone(handles),
             entries: Vec::new(),
         })
     }
 
     /// A placeholder that touches no file, replaced by [`Self::load`] once the segment's end is known.
-    pub fn detached(path: &Path) -> TxnIndex {
+    pub fn detached(path: &Path, handles: &Arc<FileHandles>) -> TxnIndex {
         TxnIndex {
             path: path.to_path_buf(),
             file: None,
+            handles: Arc::clone(handles),
             entries: Vec::new(),
         }
     }
@@ -101,26 +105,28 @@ impl TxnIndex {
     /// Loads the index at `path` (none: empty), keeping only entries that are whole, well-formed, in order and
     /// below `next_offset` (the segment's end); the file is cut after the last one kept, as Kafka's sanity check
     /// asks for, so a torn or corrupt tail never reaches a consumer. Never fails on the contents.
-    pub fn load(path: &Path, next_offset: i64) -> crate::Result<TxnIndex> {
+    pub fn load(
+        path: &Path,
+        next_offset: i64,
+        handles: &Arc<FileHandles>,
+    ) -> crate::Result<TxnIndex> {
         let bytes = match std::fs::read(path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Ok(TxnIndex {
                     path: path.to_path_buf(),
                     file: None,
+                    handles: Arc::clone(handles),
                     entries: Vec::new(),
                 })
             }
             Err(e) => return Err(LogError::io("read transaction index", path, e)),
         };
         let entries = valid_prefix(&bytes, next_offset);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| LogError::io("open transaction index", path, e))?;
+        let file = CachedFile::closed(handles, path);
         let keep = (entries.len() * ENTRY_SIZE) as u64;
         if keep != bytes.len() as u64 {
+            let file = file.get()?;
             tracing::warn!(index = %path.display(), entries = entries.len(), dropped_bytes = bytes.len() as u64 - keep,
                 "cutting a torn or corrupt transaction index after its last valid entry");
             file.set_len(keep)
@@ -128,7 +134,8 @@ impl TxnIndex {
         }
         Ok(TxnIndex {
             path: path.to_path_buf(),
-            file: Some(Arc::new(file)),
+            file: Some(file),
+            handles: Arc::clone(handles),
             entries,
         })
     }
@@ -150,18 +157,21 @@ impl TxnIndex {
             "transaction index entries are appended in marker order"
         );
         let file = match &self.file {
-            Some(file) => Arc::clone(file),
+            Some(file) => file.get()?,
             None => {
-                let file = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .open(&self.path)
-                    .map_err(|e| LogError::io("create transaction index", &self.path, e))?;
-                let file = Arc::new(file);
-                self.file = Some(Arc::clone(&file));
-                file
+                let file = CachedFile::open(
+                    &self.handles,
+                    "create transaction index",
+                    &self.path,
+                    OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .create(true)
+                        .truncate(true),
+                )?;
+                let handle = file.get()?;
+                self.file = Some(file);
+                handle
             }
         };
         let at = (self.entries.len() * ENTRY_SIZE) as u64;
@@ -186,7 +196,8 @@ impl TxnIndex {
         }
         self.entries.truncate(keep);
         if let Some(file) = &self.file {
-            file.set_len((keep * ENTRY_SIZE) as u64)
+            file.get()?
+                .set_len((keep * ENTRY_SIZE) as u64)
                 .map_err(|e| LogError::io("truncate transaction index", &self.path, e))?;
         }
         Ok(())
@@ -212,6 +223,7 @@ impl TxnIndex {
     pub fn sync(&self) -> crate::Result<()> {
         match &self.file {
             Some(file) => file
+                .get()?
                 .sync_data()
                 .map_err(|e| LogError::io("fsync transaction index", &self.path, e)),
             None => Ok(()),
@@ -219,10 +231,11 @@ impl TxnIndex {
     }
 
     /// The file and its path for an fsync elsewhere (see `roll_flush.rs`), if there is a file.
-    pub fn durable_handle(&self) -> Option<(Arc<File>, PathBuf)> {
-        self.file
-            .as_ref()
-            .map(|f| (Arc::clone(f), self.path.clone()))
+    pub fn durable_handle(&self) -> crate::Result<Option<(Arc<File>, PathBuf)>> {
+        match &self.file {
+            Some(f) => Ok(Some((f.get()?, self.path.clone()))),
+            None => Ok(None),
+        }
     }
 }
 
@@ -248,6 +261,10 @@ fn valid_prefix(bytes: &[u8], next_offset: i64) -> Vec<AbortedTxn> {
 mod tests {
     use super::*;
 
+    fn handles() -> Arc<FileHandles> {
+        FileHandles::process_default()
+    }
+
     fn entry(producer_id: i64, first: i64, last: i64, lso: i64) -> AbortedTxn {
         AbortedTxn {
             producer_id,
@@ -261,7 +278,7 @@ mod tests {
     fn entries_are_kafkas_34_bytes() {
         let dir = tempfile::tempdir().unwrap();
         let path = TxnIndex::path_in(dir.path(), 0);
-        let mut index = TxnIndex::create(&path).unwrap();
+        let mut index = TxnIndex::create(&path, &handles()).unwrap();
         assert!(!path.exists(), "the file comes with the first entry");
         index.append(entry(7, 3, 9, 10)).unwrap();
         let bytes = std::fs::read(&path).unwrap();
@@ -280,14 +297,14 @@ mod tests {
     fn a_torn_or_corrupt_tail_is_cut_at_the_last_whole_entry() {
         let dir = tempfile::tempdir().unwrap();
         let path = TxnIndex::path_in(dir.path(), 0);
-        let mut index = TxnIndex::create(&path).unwrap();
+        let mut index = TxnIndex::create(&path, &handles()).unwrap();
         index.append(entry(1, 0, 4, 5)).unwrap();
         index.append(entry(2, 2, 8, 9)).unwrap();
         drop(index);
         let mut bytes = std::fs::read(&path).unwrap();
         bytes.extend_from_slice(&[0, 0, 1]); // torn
         std::fs::write(&path, &bytes).unwrap();
-        let index = TxnIndex::load(&path, 100).unwrap();
+        let index = TxnIndex::load(&path, 100, &handles()).unwrap();
         assert_eq!(index.entries().len(), 2);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 68);
 
@@ -295,21 +312,36 @@ mod tests {
         let mut bad = bytes[..68].to_vec();
         bad[34] = 9;
         std::fs::write(&path, &bad).unwrap();
-        assert_eq!(TxnIndex::load(&path, 100).unwrap().entries().len(), 1);
+        assert_eq!(
+            TxnIndex::load(&path, 100, &handles())
+                .unwrap()
+                .entries()
+                .len(),
+            1
+        );
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 34);
         std::fs::write(&path, &bytes[..68]).unwrap();
-        assert_eq!(TxnIndex::load(&path, 8).unwrap().entries().len(), 1);
+        assert_eq!(
+            TxnIndex::load(&path, 8, &handles())
+                .unwrap()
+                .entries()
+                .len(),
+            1
+        );
         // Garbage of any length never panics.
         for len in 0..200 {
             std::fs::write(&path, vec![0xA5u8; len]).unwrap();
-            assert!(TxnIndex::load(&path, 1 << 40).unwrap().entries().is_empty());
+            assert!(TxnIndex::load(&path, 1 << 40, &handles())
+                .unwrap()
+                .entries()
+                .is_empty());
         }
     }
 
     #[test]
     fn collect_and_truncate_follow_kafka() {
         let dir = tempfile::tempdir().unwrap();
-        let mut index = TxnIndex::create(&TxnIndex::path_in(dir.path(), 0)).unwrap();
+        let mut index = TxnIndex::create(&TxnIndex::path_in(dir.path(), 0), &handles()).unwrap();
         index.append(entry(1, 0, 4, 2)).unwrap(); // another txn from 2 was still open
         index.append(entry(2, 2, 8, 9)).unwrap();
         index.append(entry(3, 20, 25, 26)).unwrap();

@@ -96,6 +96,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             cluster_id,
         } => {
             annal_broker::init_tracing();
+            // As Kafka's start scripts expect the operator to: use all the descriptors the hard limit allows
+            // (log.open.files.max is sized from the result).
+            if let Err(e) = annal_log::raise_nofile_soft_limit() {
+                tracing::warn!(error = %e, "cannot raise the open-file soft limit (RLIMIT_NOFILE) to the hard limit");
+            }
             let mut cfg =
                 annal_broker::BrokerConfig::load(config.as_deref(), &overrides, data_dir, listen)?;
             cfg.cluster_id = cluster_id;

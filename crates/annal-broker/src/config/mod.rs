@@ -210,6 +210,13 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         "9223372036854775807",
     ),
     setting("log.index.size.max.bytes", int(4), "10485760"),
+    // Annal's own: the open-file budget of segment files (annal_log::FileHandles); unset or 0 sizes it from
+    // the process's RLIMIT_NOFILE (see `open_files_max`).
+    Setting {
+        name: "log.open.files.max",
+        kind: long(0),
+        default: None,
+    },
     setting(
         "log.flush.interval.messages",
         long(1),
@@ -453,6 +460,11 @@ pub struct BrokerConfig {
     pub segment_index_bytes: i32,
     pub flush_messages: i64,
     pub flush_ms: i64,
+    /// `log.open.files.max` (Annal's own): the most segment files (log, index, timeindex, txnindex,
+    /// keyindex) held open at once by all partitions; the least recently used are closed and reopened on
+    /// demand. Unset or 0: the soft RLIMIT_NOFILE less 1024 for sockets and other files
+    /// ([`annal_log::FileHandles::default_limit`]).
+    pub open_files_max: usize,
     pub socket_request_max_bytes: i32,
     /// `fetch.max.bytes`: the most a fetch response carries, whatever the client asks (one batch may exceed it).
     pub fetch_max_bytes: i32,
@@ -475,6 +487,15 @@ pub struct BrokerConfig {
     /// Every honoured setting's effective value and source, for DescribeConfigs on the broker resource.
     /// Secrets (passwords, keys, JAAS configs) are never in it.
     pub described: BTreeMap<String, (String, Source)>,
+}
+
+/// The open-file budget `log.open.files.max` asks for: `configured` if positive (at least
+/// [`annal_log::FILE_HANDLES_MIN`]), else sized from the process's soft RLIMIT_NOFILE.
+fn open_files_max(configured: i64) -> usize {
+    match usize::try_from(configured) {
+        Ok(n) if n > 0 => n.max(annal_log::FILE_HANDLES_MIN),
+        _ => annal_log::FileHandles::default_limit(),
+    }
 }
 
 /// `log.cleaner.*`: the background cleaner of compacted topics (`log_cleaner.rs`).
@@ -621,6 +642,14 @@ impl BrokerConfig {
             "broker.id".into(),
             (node_id.to_string(), source_of(&explicit, "broker.id")),
         );
+        let open_files_max = open_files_max(num("log.open.files.max"));
+        described.insert(
+            "log.open.files.max".into(),
+            (
+                open_files_max.to_string(),
+                source_of(&explicit, "log.open.files.max"),
+            ),
+        );
         described.insert(
             "log.dirs".into(),
             (data_dir.display().to_string(), Source::Static),
@@ -653,6 +682,7 @@ impl BrokerConfig {
             segment_index_bytes: num("log.index.size.max.bytes") as i32,
             flush_messages: num("log.flush.interval.messages"),
             flush_ms: num("log.flush.interval.ms"),
+            open_files_max,
             socket_request_max_bytes: num("socket.request.max.bytes") as i32,
             fetch_max_bytes: num("fetch.max.bytes") as i32,
             fetch_session_slots: num("max.incremental.fetch.session.cache.slots") as usize,
