@@ -1171,7 +1171,7 @@ impl Segment {
             return Ok(None);
         };
         let mut bytes = vec![0u8; header.size()];
-        self.file
+        self.log_file()?
             .read_exact_at(&mut bytes, position)
             .map_err(|e| LogError::io("read segment", &self.log_path, e))?;
         match crate::records::LazyRecords::new(bytes, limit) {

@@ -159,6 +159,8 @@ async fn fetch_group_offsets(
             max_response_bytes: REMOTE_RESPONSE_BYTES_MAX,
             client_id: "annal-retention-guard".to_string(),
             version_caps: None,
+            // The OS's TCP: the simulator runs no guarded topics yet (transaction peers connect the same way).
+            ..ConnectionOptions::default()
         };
         connections.insert(
             addr.to_string(),
