@@ -1,18 +1,21 @@
 //! The transaction coordinator's `__transaction_state` records (TransactionLogKey, TransactionLogValue v0-v1) and
 //! the COMMIT/ABORT control batches the partition side parses (the first input byte picks the decoder). What
-//! decodes must re-encode to bytes that decode equal, up to what the written version (v0) cannot carry.
+//! decodes must re-encode to bytes that decode equal, up to what the written version cannot carry.
 #![no_main]
 use annal_broker::txn::records::{self, TxnLogValue};
 use annal_broker::txn::state::TxnState;
 use annal_log::control;
 use libfuzzer_sys::fuzz_target;
 
-/// `v` as version 0 carries it: no tagged fields, no partitions in `Empty`.
+/// `v` as `records::value` writes it: version 1 (flexible, with the tagged fields) for a transaction-version-2
+/// client, else version 0 (no tagged fields); no partitions in `Empty` either way.
 fn as_written(v: &TxnLogValue) -> TxnLogValue {
     let mut v = v.clone();
-    v.previous_producer_id = -1;
-    v.next_producer_id = -1;
-    v.client_transaction_version = 0;
+    if v.client_transaction_version < 2 {
+        v.previous_producer_id = -1;
+        v.next_producer_id = -1;
+        v.client_transaction_version = 0;
+    }
     if v.state == TxnState::Empty {
         v.partitions.clear();
     }

@@ -220,6 +220,10 @@ def test_lag_health_states_by_burrows_rules(ops_broker):
         produce(b, topic, 20, start=100 + 20 * i)
         offset += 5
         commit(warn, topic, offset)
+        # Spread over 1.5 s: the checks below must come before the commits stop for longer than the window
+        # spans (STOP, rule 3), which four commits in a few milliseconds would reach at once.
+        if i < 3:
+            time.sleep(0.5)
     r = group_report(b, "ops-warn")
     assert r["partitions"][0]["status"] == "WARN", r
     assert r["status"] == "WARN"

@@ -502,6 +502,17 @@ def raw_end_v5_settled(sock, tid, pid, epoch, commit):
         time.sleep(0.1)
 
 
+def wait_for_markers_v5(sock, tid, pid, epoch):
+    """Waits until the transaction that bumped the producer to `epoch` is complete (its markers written). Until then
+    it is PrepareCommit, where Kafka's TV2 table accepts only the retry (the epoch below) and answers an EndTxn at
+    the new epoch PRODUCER_FENCED; once complete, a commit with nothing added is INVALID_TXN_STATE (48), which
+    changes nothing, so it serves as the probe."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while raw_end_v5(sock, tid, pid, epoch, True)[0] != 48:
+        assert time.monotonic() < deadline, "the transaction's markers were not written in time"
+        time.sleep(0.05)
+
+
 def produce_v12_settled(broker, tid, topic, pid, epoch, value):
     """A Produce v12 (a version-2 client: the partition is added implicitly), retried on NOT_ENOUGH_REPLICAS."""
     batch = kwire.producer_batch([value], pid, epoch, 0, base_timestamp=int(time.time() * 1000))
@@ -530,6 +541,7 @@ def test_raw_transaction_version_2_sequences_get_kafkas_answers(broker, topic_na
         assert raw_end_v5_settled(s, tid, pid, epoch, False)[0] == 48, "the other outcome: INVALID_TXN_STATE"
         assert produce_v12_settled(broker, tid, topic_name, pid, epoch + 1, b"two") == 0
         assert raw_end_v5_settled(s, tid, pid, epoch + 1, True) == (0, pid, epoch + 2)
+        wait_for_markers_v5(s, tid, pid, epoch + 2)
         assert raw_end_v5_settled(s, tid, pid, epoch, True) == (90, -1, -1), "two behind: fenced"
         # Aborting a transaction that added nothing is allowed at version 2 and bumps the epoch.
         assert raw_end_v5_settled(s, tid, pid, epoch + 2, False) == (0, pid, epoch + 3)
