@@ -495,6 +495,19 @@ class Cluster:
         return self.wait_until(f"{topic}: {partitions} partitions led by brokers {sorted(allowed)}", probe, timeout)
 
 
+class HttpCluster(Cluster):
+    """An Annal Cluster whose nodes each serve the HTTP listener on a port of their own."""
+
+    def __init__(self, workdir, **kwargs):
+        super().__init__(workdir, **kwargs)
+        self.http = {n.node_id: f"127.0.0.1:{free_port()}" for n in self.nodes}
+
+    def properties(self, node):
+        props = super().properties(node)
+        props["http.listen"] = self.http[node.node_id]
+        return props
+
+
 def running(workdir, **kwargs):
     """A started Cluster(workdir, **kwargs) for a pytest fixture: `yield from running(...)`. A cluster that fails
     to start is closed (its processes stopped) before the error propagates; one that started is closed after."""

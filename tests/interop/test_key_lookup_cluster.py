@@ -18,8 +18,7 @@ import urllib.request
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from brokers import free_port
-from cluster import SESSION_TIMEOUT_MS, Cluster
+from cluster import SESSION_TIMEOUT_MS, HttpCluster
 from clients import kp_consume, kp_producer
 
 pytestmark = [pytest.mark.cluster, pytest.mark.annal_only]
@@ -30,19 +29,6 @@ KEYS = 30
 ROUNDS = 30
 TIMEOUT_S = 60
 TOPIC = "keyed-replicated"
-
-
-class HttpCluster(Cluster):
-    """A Cluster whose nodes each serve the HTTP listener on a port of their own."""
-
-    def __init__(self, workdir, **kwargs):
-        super().__init__(workdir, **kwargs)
-        self.http = {n.node_id: f"127.0.0.1:{free_port()}" for n in self.nodes}
-
-    def properties(self, node):
-        props = super().properties(node)
-        props["http.listen"] = self.http[node.node_id]
-        return props
 
 
 @pytest.fixture(scope="module")

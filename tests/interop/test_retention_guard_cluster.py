@@ -17,8 +17,7 @@ import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from brokers import free_port
-from cluster import Cluster
+from cluster import HttpCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.annal_only]
 
@@ -29,19 +28,6 @@ GUARDED = "guarded-replicated"
 PLAIN = "unguarded-replicated"
 RECORDS = 100
 COMMITTED = 10
-
-
-class HttpCluster(Cluster):
-    """A Cluster whose nodes each serve the HTTP listener on a port of their own."""
-
-    def __init__(self, workdir, **kwargs):
-        super().__init__(workdir, **kwargs)
-        self.http = {n.node_id: f"127.0.0.1:{free_port()}" for n in self.nodes}
-
-    def properties(self, node):
-        props = super().properties(node)
-        props["http.listen"] = self.http[node.node_id]
-        return props
 
 
 @pytest.fixture(scope="module")
