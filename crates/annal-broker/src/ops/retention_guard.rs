@@ -104,9 +104,14 @@ const OFFSET_FETCH_VERSIONS: (i16, i16) = (8, 9);
 const REMOTE_TIMEOUT: Duration = Duration::from_secs(5);
 const REMOTE_RESPONSE_BYTES_MAX: usize = 16 << 20;
 
+/// All of a retention pass's asking together: the broker's housekeeping (flushes, checkpoints) waits for it, so
+/// however many groups are guarded and however many coordinators do not answer, it ends within this.
+const REMOTE_PASS_MAX: Duration = Duration::from_secs(10);
+
 /// Fetches the committed offsets of every guarded group of the topics this broker holds replicas of, for the
 /// groups another broker coordinates. One connection per coordinator, one OffsetFetch per group (at most
-/// [`GROUPS_MAX`] per topic), each bounded by [`REMOTE_TIMEOUT`].
+/// [`GROUPS_MAX`] per topic), each bounded by [`REMOTE_TIMEOUT`] and all by [`REMOTE_PASS_MAX`]; a coordinator
+/// that failed once is not asked again this pass. Groups not answered hold (`None`).
 pub async fn remote_offsets(broker: &Broker) -> RemoteOffsets {
     let rm = broker.replica_manager();
     let mut groups = BTreeSet::new();
@@ -123,7 +128,9 @@ pub async fn remote_offsets(broker: &Broker) -> RemoteOffsets {
         broker.config().cluster.listeners.inter_broker_name.clone(),
     );
     let mut connections: HashMap<String, Connection> = HashMap::new();
+    let mut failed: BTreeSet<String> = BTreeSet::new();
     let mut found = RemoteOffsets::new();
+    let deadline = tokio::time::Instant::now() + REMOTE_PASS_MAX;
     for group in groups {
         let partition = broker.groups().partition_for(&group) as i32;
         use crate::txn::LeaderRoutes;
@@ -135,7 +142,26 @@ pub async fn remote_offsets(broker: &Broker) -> RemoteOffsets {
                 continue;
             }
         };
-        let offsets = fetch_group_offsets(&mut connections, &addr, &group).await;
+        if failed.contains(&addr) {
+            found.insert(group, None);
+            continue;
+        }
+        let offsets = match tokio::time::timeout_at(
+            deadline,
+            fetch_group_offsets(&mut connections, &addr, &group),
+        )
+        .await
+        {
+            Ok(offsets) => offsets,
+            Err(_) => Err(anyhow::anyhow!(
+                "the retention pass's {} s for asking coordinators ran out",
+                REMOTE_PASS_MAX.as_secs()
+            )),
+        };
+        if offsets.is_err() {
+            failed.insert(addr.clone());
+            connections.remove(&addr);
+        }
         if let Err(e) = &offsets {
             tracing::warn!(group = %group, coordinator = %addr, error = %format!("{e:#}"),
                 "retention guard: cannot fetch the group's committed offsets from its coordinator; \
