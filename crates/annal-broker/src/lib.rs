@@ -14,6 +14,7 @@ mod clean_shutdown;
 pub mod cluster;
 mod cluster_meta;
 pub mod config;
+pub mod console;
 mod durable;
 pub mod env;
 pub mod group;

@@ -145,6 +145,7 @@ pub fn router(broker: Arc<Broker>, limits: &HttpLimits) -> Router {
         .route("/v1/groups/{group}", get(group))
         .route("/v1/topics", get(topics))
         .route("/v1/topics/{topic}/records", get(records))
+        .merge(crate::console::router())
         .with_state(broker)
         .layer(bounds(limits))
 }

@@ -1,0 +1,2 @@
+// The Annal console: see docs/decisions/0018-console.md.
+document.getElementById("app").textContent = "Annal";
