@@ -144,8 +144,23 @@ fn fill_disk(filler: &Path, rng: &mut impl Rng) {
         .unwrap();
 }
 
+/// Held by the tests that count free space on a tmpfs, and by the one that starts a child process.
+///
+/// A child inherits every descriptor of this process between fork and exec (`O_CLOEXEC` closes them only at
+/// exec). A filler file deleted in that window keeps its blocks until the child execs, so a test that frees
+/// space and at once writes saw ENOSPC when another test of this binary was spawning its child (seed
+/// 7722996144085877632 failed 1 run in 40 that way, never alone).
+static SPACE_ACCOUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn space_accounting() -> std::sync::MutexGuard<'static, ()> {
+    SPACE_ACCOUNTING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 #[test]
 fn enospc_on_a_full_tmpfs() {
+    let _exclusive = space_accounting();
     let mountpoint = tempfile::tempdir().unwrap();
     let _tmpfs = match Tmpfs::mount(mountpoint.path(), "3m") {
         Ok(t) => t,
@@ -303,6 +318,7 @@ fn file_size_limit_child() {
 
 #[test]
 fn file_size_limit_in_a_child() {
+    let _exclusive = space_accounting();
     let dir = tempfile::tempdir().unwrap();
     let output = Command::new(std::env::current_exe().unwrap())
         .args([
@@ -326,6 +342,7 @@ fn file_size_limit_in_a_child() {
 
 #[test]
 fn out_of_inodes_on_a_tmpfs() {
+    let _exclusive = space_accounting();
     // File creation fails with ENOSPC when the filesystem has no free inodes: rolls (new segment, index and
     // snapshot files) fail at different points. Once inodes are freed, appends must work again.
     let mountpoint = tempfile::tempdir().unwrap();
