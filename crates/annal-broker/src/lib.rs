@@ -20,6 +20,7 @@ pub mod env;
 pub mod group;
 mod kafka_code;
 mod log_cleaner;
+mod log_io;
 mod log_manager;
 pub mod ops;
 mod producer_ids;

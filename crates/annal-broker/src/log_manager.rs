@@ -107,9 +107,7 @@ impl LogManager {
                 partition_count: t.partitions,
                 configs: t.configs,
             });
-            let logs = (0..topic.partition_count)
-                .map(|p| open_log(&data_dir, &topic, p, config))
-                .collect::<anyhow::Result<Vec<_>>>()?;
+            let logs = open_logs(&data_dir, &topic, 0..topic.partition_count, config)?;
             by_name.insert(topic.name.clone(), topic.clone());
             opened.push(OpenedLogs {
                 topic,
@@ -195,9 +193,7 @@ impl LogManager {
         next.insert(name.to_string(), topic.clone());
         // Registry first: the persisted topic is reopened (and its directories created) at the next start.
         self.persist(&next)?;
-        let logs = (0..partitions)
-            .map(|p| open_log(&self.data_dir, &topic, p, &self.config))
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        let logs = open_logs(&self.data_dir, &topic, 0..partitions, &self.config)?;
         *self.by_name.write() = next;
         Ok(Some(OpenedLogs {
             topic,
@@ -224,9 +220,7 @@ impl LogManager {
         });
         next.insert(name.to_string(), topic.clone());
         self.persist(&next)?;
-        let logs = (old.partition_count..count)
-            .map(|p| open_log(&self.data_dir, &topic, p, &self.config))
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        let logs = open_logs(&self.data_dir, &topic, old.partition_count..count, &self.config)?;
         *self.by_name.write() = next;
         Ok(OpenedLogs {
             topic,
@@ -290,6 +284,19 @@ impl LogManager {
 }
 
 /// Opens (or creates) one partition's log with the topic's settings.
+/// Opens (or creates) the logs of `indexes`, several at once ([`crate::log_io`]); the first error, in index
+/// order, if any failed.
+fn open_logs(
+    data_dir: &Path,
+    topic: &Topic,
+    indexes: std::ops::Range<i32>,
+    broker: &BrokerConfig,
+) -> anyhow::Result<Vec<Log>> {
+    crate::log_io::map_in_parallel(indexes.collect(), |p| open_log(data_dir, topic, p, broker))
+        .into_iter()
+        .collect()
+}
+
 fn open_log(
     data_dir: &Path,
     topic: &Topic,
