@@ -3,6 +3,7 @@
 //! - `SIM_SEEDS=n` runs seeds 0..n (default 8 in a release build, as CI runs it; 2 in a debug build);
 //!   `SIM_SEED=s` runs only seed `s` and prints its trace (a replay).
 //! - `SIM_SECONDS=t` sets the simulated seconds of faults per seed (default 30 in release, 15 in debug).
+//! - `SIM_TICK_MS=ms` sets the simulation's step (default 2, `annal_sim::TICK`).
 //! - `SIM_STRICT_TERMS=1` fails a seed on two leaders in one term (a known finding, decision 0011).
 //! - `SIM_TEETH_SEEDS=n` bounds the planted-fault search (the checks' teeth; default 10).
 //! - `SIM_BROKER_SEEDS=n`: seeds of the real brokers (`Options::brokers`: three combined nodes, producers and
