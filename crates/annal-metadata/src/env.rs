@@ -120,6 +120,10 @@ pub mod testing {
         /// The controller elects a live replica outside the ISR when the leader goes away, as if unclean
         /// leader election were on.
         ElectOutsideIsr,
+        /// The leader counts the ISR it has only proposed (AlterPartition sent, not yet committed by the
+        /// controller) toward the high watermark and acks=all: a shrunk ISR lets it acknowledge what a member
+        /// the controller still has in the ISR (and may elect) lacks.
+        AckBeforeIsrCommitted,
     }
 
     /// What this thread's simulated nodes do differently.

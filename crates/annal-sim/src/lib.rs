@@ -88,7 +88,14 @@ pub struct Options {
     /// Run the real brokers (three combined nodes, [`replication`]) with a producing and reading client,
     /// instead of the metadata voters with a client that plays the brokers.
     pub brokers: bool,
+    /// The simulation's step: how often turmoil delivers messages between hosts and steps every host's
+    /// runtime ([`TICK`]; `SIM_TICK_MS`). Inside a host, timers still fire at their own millisecond.
+    pub tick: Duration,
 }
+
+/// The default step. Each step costs every host's runtime a `block_on` whatever happens in it, which was most
+/// of a run's CPU at 1 ms; a message between hosts takes at least one step.
+pub const TICK: Duration = Duration::from_millis(2);
 
 impl Default for Options {
     fn default() -> Self {
@@ -98,6 +105,11 @@ impl Default for Options {
             planted: Planted::Nothing,
             strict_terms: std::env::var("SIM_STRICT_TERMS").is_ok_and(|v| v == "1"),
             brokers: std::env::var("SIM_BROKERS").is_ok_and(|v| v == "1"),
+            tick: std::env::var("SIM_TICK_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|ms| *ms > 0)
+                .map_or(TICK, Duration::from_millis),
         }
     }
 }
@@ -151,6 +163,7 @@ impl Report {
             Planted::Replication(PlantedBug::HighWatermarkBeforeIsr) => " --plant-hw-before-isr",
             Planted::Replication(PlantedBug::TruncateToHighWatermark) => " --plant-truncate-to-hw",
             Planted::Replication(PlantedBug::ElectOutsideIsr) => " --plant-elect-outside-isr",
+            Planted::Replication(PlantedBug::AckBeforeIsrCommitted) => " --plant-ack-before-isr-commit",
             Planted::Replication(PlantedBug::Nothing) => "",
         };
         let (env_brokers, flag_brokers) = if self.options.brokers {
@@ -158,16 +171,22 @@ impl Report {
         } else {
             ("", "")
         };
+        let (env_tick, flag_tick) = if self.options.tick == TICK {
+            (String::new(), String::new())
+        } else {
+            let ms = self.options.tick.as_millis();
+            (format!("SIM_TICK_MS={ms} "), format!(" --tick-ms {ms}"))
+        };
         let test = if self.options.planted == Planted::Nothing {
             format!(
-                "{env_strict}{env_brokers}SIM_SEED={seed} SIM_SECONDS={seconds} cargo test --release -p annal-sim --test seeds -- --nocapture\n  or ",
+                "{env_tick}{env_strict}{env_brokers}SIM_SEED={seed} SIM_SECONDS={seconds} cargo test --release -p annal-sim --test seeds -- --nocapture\n  or ",
                 seed = self.seed
             )
         } else {
             String::new()
         };
         format!(
-            "{test}cargo run --release -p annal-sim -- --seed {seed} --seconds {seconds}{flag_brokers}{flag_strict}{flag_planted} --trace",
+            "{test}cargo run --release -p annal-sim -- --seed {seed} --seconds {seconds}{flag_brokers}{flag_strict}{flag_planted}{flag_tick} --trace",
             seed = self.seed
         )
     }
@@ -282,11 +301,12 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
         final_acked: AtomicBool::new(false),
     });
     let base_latency = rng.gen_range(1..10);
+    let tick = options.tick;
     let total = options.fault_phase + CONVERGENCE_MAX + Duration::from_secs(10);
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
         .simulation_duration(total)
-        .tick_duration(Duration::from_millis(1))
+        .tick_duration(tick)
         .min_message_latency(Duration::from_millis(1))
         .max_message_latency(Duration::from_millis(base_latency))
         .build();
@@ -347,11 +367,16 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
         }
         if options.brokers {
             let elapsed = sim.elapsed();
-            if elapsed.as_millis() % 50 == 0 {
+            // Boundaries crossed by this step, whatever the tick: a 50 ms sample, a 100 ms convergence look.
+            let crossed = |every: u128| {
+                let (now, before) = (elapsed.as_millis(), (elapsed - tick).as_millis());
+                now / every != before / every
+            };
+            if crossed(50) {
                 replication::sample_epochs(&shared, now_ms_of(&sim));
             }
             let quiesced = shared.history.lock().replication.quiesced;
-            if quiesced && elapsed.as_millis() % 100 == 0 {
+            if quiesced && crossed(100) {
                 let done = *done_at.get_or_insert(elapsed);
                 if replication::converged(&shared) && metadata_everywhere(&shared) {
                     replication::check_final(&shared, now_ms_of(&sim));

@@ -5,9 +5,10 @@
 //! twice and fails it if the two traces' hashes differ; `--plant-forget-vote` / `--plant-wipe-disk` plant a
 //! fault Raft does not survive (crashed voters lose their vote / their whole disk), to watch the checks catch it;
 //! `--strict-terms` (or `SIM_STRICT_TERMS=1`) fails a seed on two leaders in one term instead of reporting it;
+//! `--tick-ms MS` (or `SIM_TICK_MS`) sets the simulation's step (default 2 ms);
 //! `--brokers` (or `SIM_BROKERS=1`) runs the real brokers (three combined nodes) with producers and a reader,
-//! where `--plant-hw-before-isr`, `--plant-truncate-to-hw` and `--plant-elect-outside-isr` plant a replication
-//! bug in the real code.
+//! where `--plant-hw-before-isr`, `--plant-truncate-to-hw`, `--plant-elect-outside-isr` and
+//! `--plant-ack-before-isr-commit` plant a replication bug in the real code.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -34,6 +35,7 @@ fn main() -> ExitCode {
             "--from" => from = value("--from"),
             "--seed" => one = Some(value("--seed")),
             "--seconds" => options.fault_phase = Duration::from_secs(value("--seconds")),
+            "--tick-ms" => options.tick = Duration::from_millis(value("--tick-ms").max(1)),
             "--trace" => trace = true,
             "--twice" => twice = true,
             "--strict-terms" => options.strict_terms = true,
@@ -49,8 +51,11 @@ fn main() -> ExitCode {
             "--plant-elect-outside-isr" => {
                 options.planted = Planted::Replication(PlantedBug::ElectOutsideIsr)
             }
+            "--plant-ack-before-isr-commit" => {
+                options.planted = Planted::Replication(PlantedBug::AckBeforeIsrCommitted)
+            }
             other => {
-                eprintln!("unknown argument {other}; usage: annal-sim [--seeds N] [--from S] [--seed S] [--seconds T] [--trace] [--twice] [--strict-terms] [--brokers] [--plant-forget-vote|--plant-wipe-disk|--plant-hw-before-isr|--plant-truncate-to-hw|--plant-elect-outside-isr]");
+                eprintln!("unknown argument {other}; usage: annal-sim [--seeds N] [--from S] [--seed S] [--seconds T] [--tick-ms MS] [--trace] [--twice] [--strict-terms] [--brokers] [--plant-forget-vote|--plant-wipe-disk|--plant-hw-before-isr|--plant-truncate-to-hw|--plant-elect-outside-isr|--plant-ack-before-isr-commit]");
                 return ExitCode::from(2);
             }
         }

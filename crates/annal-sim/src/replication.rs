@@ -141,6 +141,40 @@ fn check_ack_replicated(shared: &Shared, tp: Tp, offset: i64, at: u64) {
         .iter()
         .filter(|(_, b)| partition_of(b, tp).is_some_and(|p| p.log_end_offset() > offset))
         .count();
+    // Every live member of the ISR the controller has committed (the newest partition epoch any node applied)
+    // may be elected next, so each must hold an acknowledged offset: a leader that acknowledges on an ISR the
+    // controller has not committed yet fails here.
+    let committed = live
+        .iter()
+        .filter_map(|(_, b)| {
+            let image = b.cluster().image();
+            let state = image.topic_by_name(tp.0)?.partitions.get(&tp.1)?;
+            Some((state.partition_epoch, state.isr.clone()))
+        })
+        .max_by_key(|(epoch, _)| *epoch);
+    if let Some((partition_epoch, isr)) = committed {
+        let lacking: Vec<i32> = isr
+            .iter()
+            .copied()
+            .filter(|r| {
+                live.iter()
+                    .find(|(n, _)| n == r)
+                    .and_then(|(_, b)| partition_of(b, tp))
+                    .is_some_and(|p| p.log_end_offset() <= offset)
+            })
+            .collect();
+        if !lacking.is_empty() {
+            history.violate(
+                at,
+                format!(
+                    "{}-{} offset {offset} acknowledged (acks=all) while ISR member(s) {lacking:?} of the \
+                     committed ISR {isr:?} (partition epoch {partition_epoch}) lack it: electable replicas \
+                     without an acknowledged write",
+                    tp.0, tp.1
+                ),
+            );
+        }
+    }
     if holding < MIN_INSYNC {
         history.violate(
             at,

@@ -72,6 +72,14 @@ pub async fn run(
         if proposals.is_empty() {
             continue;
         }
+        if annal_metadata::env::testing::planted(
+            annal_metadata::env::testing::PlantedBug::AckBeforeIsrCommitted,
+        ) {
+            // PLANTED BUG (simulator only): act on the proposed ISR at once, before the controller answers.
+            for (p, _) in &proposals {
+                p.high_watermark_moved();
+            }
+        }
         let not_confirmed = send(
             &replica_manager,
             &channel,

@@ -1266,11 +1266,21 @@ fn leader_high_watermark(state: &ReplicaState, me: i32, log: &Log) -> Option<i64
         return Some(local);
     }
     let replicated = state.replicas.len() > 1;
-    if replicated && (state.isr.len() as i64) < i64::from(state.config.min_insync_replicas) {
+    let counted = match &state.pending_isr {
+        // PLANTED BUG (simulator only): the proposed ISR counts before the controller committed it.
+        Some(pending) if planted(PlantedBug::AckBeforeIsrCommitted) => pending.clone(),
+        _ => state.maximal_isr(),
+    };
+    let confirmed = if planted(PlantedBug::AckBeforeIsrCommitted) {
+        counted.len()
+    } else {
+        state.isr.len()
+    };
+    if replicated && (confirmed as i64) < i64::from(state.config.min_insync_replicas) {
         return None;
     }
     let mut hw = local;
-    for r in state.maximal_isr() {
+    for r in counted {
         if r == me {
             continue;
         }
