@@ -220,7 +220,12 @@ impl LogManager {
         });
         next.insert(name.to_string(), topic.clone());
         self.persist(&next)?;
-        let logs = open_logs(&self.data_dir, &topic, old.partition_count..count, &self.config)?;
+        let logs = open_logs(
+            &self.data_dir,
+            &topic,
+            old.partition_count..count,
+            &self.config,
+        )?;
         *self.by_name.write() = next;
         Ok(OpenedLogs {
             topic,

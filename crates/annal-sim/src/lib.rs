@@ -163,7 +163,9 @@ impl Report {
             Planted::Replication(PlantedBug::HighWatermarkBeforeIsr) => " --plant-hw-before-isr",
             Planted::Replication(PlantedBug::TruncateToHighWatermark) => " --plant-truncate-to-hw",
             Planted::Replication(PlantedBug::ElectOutsideIsr) => " --plant-elect-outside-isr",
-            Planted::Replication(PlantedBug::AckBeforeIsrCommitted) => " --plant-ack-before-isr-commit",
+            Planted::Replication(PlantedBug::AckBeforeIsrCommitted) => {
+                " --plant-ack-before-isr-commit"
+            }
             Planted::Replication(PlantedBug::Nothing) => "",
         };
         let (env_brokers, flag_brokers) = if self.options.brokers {
