@@ -141,9 +141,6 @@ pub fn router(broker: Arc<Broker>, limits: &HttpLimits) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .route("/v1/groups", get(groups))
-        .route("/v1/groups/{group}", get(group))
-        .route("/v1/topics", get(topics))
         .route("/v1/topics/{topic}/records", get(records))
         .merge(crate::console::router())
         .with_state(broker)
@@ -227,28 +224,12 @@ async fn metrics(State(broker): Shared) -> Response {
     }
 }
 
-async fn groups(State(broker): Shared) -> Response {
+/// `GET /v1/groups` without `page=` (routed by the console).
+pub(crate) async fn groups_array(broker: Arc<Broker>) -> Response {
     broker.replica_manager().metrics().http_requests.inc();
     let b = broker.clone();
     let reports = crate::blocking(move || super::groups::reports(&b, None)).await;
     Json(reports).into_response()
-}
-
-async fn group(State(broker): Shared, Path(group): Path<String>) -> Response {
-    broker.replica_manager().metrics().http_requests.inc();
-    let b = broker.clone();
-    let name = group.clone();
-    let mut reports = crate::blocking(move || super::groups::reports(&b, Some(&name))).await;
-    match reports.pop() {
-        Some(r) => Json(r).into_response(),
-        None => (
-            StatusCode::NOT_FOUND,
-            Json(serde_json::json!({
-                "error": format!("group '{group}' is not coordinated by this broker (or does not exist); ask its coordinator (annal group describe finds it)")
-            })),
-        )
-            .into_response(),
-    }
 }
 
 #[derive(Serialize)]
@@ -270,7 +251,8 @@ struct PartitionView {
     size_bytes: u64,
 }
 
-async fn topics(State(broker): Shared) -> Response {
+/// `GET /v1/topics` without `page=` (routed by the console).
+pub(crate) async fn topics_array(broker: Arc<Broker>) -> Response {
     broker.replica_manager().metrics().http_requests.inc();
     let b = broker.clone();
     let views = crate::blocking(move || {
