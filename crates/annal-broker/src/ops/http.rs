@@ -5,7 +5,7 @@
 //! axum routes; hyper serves each connection (HTTP/1.1 only) from an accept loop of ours, so that every limit is
 //! explicit: at most [`HttpLimits::max_connections`] connections (more are closed at accept), request headers
 //! within [`HttpLimits::max_header_bytes`] and [`HttpLimits::header_read_timeout`] (which also ends idle
-//! keep-alive connections), bodies refused past [`HttpLimits::max_request_bytes`] (every route is a GET), a
+//! keep-alive connections), bodies refused past [`HttpLimits::max_request_bytes`] (1 MiB: the console's produce form is the largest body), a
 //! handler answer within [`HttpLimits::request_timeout`], and a connection's whole life within
 //! [`HttpLimits::connection_max_lifetime`].
 
@@ -44,7 +44,8 @@ impl Default for HttpLimits {
     fn default() -> Self {
         HttpLimits {
             max_connections: 64,
-            max_request_bytes: 64 * 1024,
+            // The console's produce form carries a record (console::api::limits).
+            max_request_bytes: crate::console::api::limits::REQUEST_BODY_BYTES_MAX,
             // hyper's smallest read buffer; headers must fit in it.
             max_header_bytes: 16 * 1024,
             header_read_timeout: Duration::from_secs(10),
