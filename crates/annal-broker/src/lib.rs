@@ -67,6 +67,8 @@ pub struct Broker {
     readiness: ops::http::Readiness,
     /// `authorizer.class.name`: checks every request against the image's ACLs (`apis::authz`); `None` allows all.
     authorizer: Option<security::authorizer::Authorizer>,
+    /// The web console's sessions and the client listener it connects to (`console::api`).
+    console: console::api::ConsoleState,
 }
 
 impl Broker {
@@ -103,6 +105,11 @@ impl Broker {
     /// The host and port clients are told to connect to.
     pub fn advertised(&self) -> (&str, u16) {
         (&self.advertised.0, self.advertised.1)
+    }
+
+    /// The web console's state (sessions, where its Kafka client connects).
+    pub fn console(&self) -> &console::api::ConsoleState {
+        &self.console
     }
 
     /// The broker's always-on metrics (`ops::metrics`).
@@ -317,6 +324,7 @@ pub async fn start_in(
         fetch_sessions,
         health: Default::default(),
         readiness: Default::default(),
+        console: console::api::ConsoleState::new(console_target(&bound)),
     });
     tracing::info!(
         listen = %broker.config.listen, advertised = %format!("{}:{}", broker.advertised.0, broker.advertised.1),
@@ -447,6 +455,35 @@ impl Started {
 
 /// Binds every broker listener (the first is `first`, bound by the caller) and loads its TLS material; returns
 /// them with the endpoints this broker registers (each listener's advertised address and protocol).
+/// Where the console's Kafka client connects: a SASL_PLAINTEXT listener when there is one (then the console
+/// requires a login, so it never reaches more than the user could), else a PLAINTEXT one. TLS listeners are
+/// not used (the console would need a client certificate or trust store of its own). A wildcard bind is
+/// reached on loopback.
+fn console_target(
+    bound: &[(BrokerListener, Arc<security::ListenerContext>)],
+) -> Option<console::api::session::Target> {
+    use config::SecurityProtocol::{Plaintext, SaslPlaintext};
+    let pick = |protocol| {
+        bound
+            .iter()
+            .find(|(_, ctx)| ctx.protocol == protocol && ctx.tls.is_none())
+            .and_then(|(l, _)| l.local_addr())
+    };
+    let (addr, sasl) = match pick(SaslPlaintext) {
+        Some(a) => (a, true),
+        None => (pick(Plaintext)?, false),
+    };
+    let ip = match addr.ip() {
+        std::net::IpAddr::V4(v4) if v4.is_unspecified() => std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        std::net::IpAddr::V6(v6) if v6.is_unspecified() => std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    Some(console::api::session::Target {
+        addr: std::net::SocketAddr::new(ip, addr.port()).to_string(),
+        sasl,
+    })
+}
+
 async fn bind_listeners(
     config: &BrokerConfig,
     first: BrokerListener,

@@ -186,6 +186,24 @@ impl Client {
         })
     }
 
+    /// The bootstrap connection is open (an error closes it; then connect a new `Client`).
+    pub fn is_connected(&self) -> bool {
+        self.connections
+            .get(&self.bootstrap)
+            .is_some_and(|c| !c.is_closed())
+    }
+
+    /// Sends any request to the bootstrap broker (the admin requests this client has no method for: ACLs,
+    /// SCRAM users), at the highest version both sides speak within `ours`.
+    pub async fn admin_request<R: kafka_protocol::protocol::Request>(
+        &mut self,
+        request: &R,
+        ours: (i16, i16),
+    ) -> Result<R::Response> {
+        let (response, _) = self.bootstrap_conn().send(request, ours).await?;
+        Ok(response)
+    }
+
     pub(crate) fn bootstrap_conn(&mut self) -> &mut Connection {
         self.connections
             .get_mut(&self.bootstrap)

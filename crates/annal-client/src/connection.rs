@@ -51,6 +51,8 @@ pub struct ConnectionOptions {
     /// How the connection is opened: the operating system's TCP ([`TokioNetwork`]) unless a node runs inside
     /// the deterministic simulator ([`crate::net`]).
     pub network: Arc<dyn Network>,
+    /// Authenticate every connection with SASL right after ApiVersions (a SASL_PLAINTEXT listener).
+    pub sasl: Option<crate::sasl::SaslCredentials>,
 }
 
 impl std::fmt::Debug for ConnectionOptions {
@@ -61,6 +63,7 @@ impl std::fmt::Debug for ConnectionOptions {
             .field("max_response_bytes", &self.max_response_bytes)
             .field("client_id", &self.client_id)
             .field("version_caps", &self.version_caps)
+            .field("sasl", &self.sasl)
             .finish_non_exhaustive()
     }
 }
@@ -74,6 +77,7 @@ impl Default for ConnectionOptions {
             client_id: "annal-cli".to_string(),
             version_caps: None,
             network: Arc::new(TokioNetwork),
+            sasl: None,
         }
     }
 }
@@ -166,6 +170,9 @@ impl Connection {
             broker_versions: HashMap::new(),
         };
         conn.negotiate().await?;
+        if let Some(credentials) = conn.options.sasl.clone() {
+            crate::sasl::authenticate(&mut conn, &credentials).await?;
+        }
         Ok(conn)
     }
 

@@ -54,6 +54,8 @@ pub mod hex;
 pub mod net;
 mod partition_admin;
 pub mod partitioner;
+mod sasl;
+pub mod scram;
 
 pub use crate::assignment::{decode_assignment, Assignment};
 pub use crate::batch::{
@@ -72,4 +74,5 @@ pub use crate::groups::{
     group_error, CommittedOffset, Coordinator, GroupDescription, GroupMember, GroupOffsets,
     ListedGroup, MemberAssignment, ProducerInfo,
 };
+pub use crate::sasl::{SaslCredentials, SaslMechanism};
 pub use crate::partition_admin::{delete_records_error, DeletedRecords};

@@ -496,6 +496,7 @@ impl Kafka {
                 client_id: "annal-sim".into(),
                 version_caps: None,
                 network: Arc::new(SimNetwork),
+                sasl: None,
             };
             let conn = Connection::connect_with(&format!("{}:{BROKER_PORT}", host(node)), options)
                 .await

@@ -11,33 +11,8 @@ use std::path::PathBuf;
 use super::effective;
 use super::endpoints::{Listener, SecurityProtocol, SettingError};
 
-/// A SASL mechanism Annal's broker serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum SaslMechanism {
-    Plain,
-    ScramSha256,
-    ScramSha512,
-}
-
-impl SaslMechanism {
-    /// Kafka's mechanism names are case-sensitive upper case (`SaslHandshake` compares them exactly).
-    pub fn parse(name: &str) -> Option<Self> {
-        match name {
-            "PLAIN" => Some(SaslMechanism::Plain),
-            "SCRAM-SHA-256" => Some(SaslMechanism::ScramSha256),
-            "SCRAM-SHA-512" => Some(SaslMechanism::ScramSha512),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            SaslMechanism::Plain => "PLAIN",
-            SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
-            SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
-        }
-    }
-}
+/// A SASL mechanism Annal's broker serves (the type is shared with the client crate, which logs in with it).
+pub use annal_client::SaslMechanism;
 
 /// `ssl.client.auth`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 //! axum routes; hyper serves each connection (HTTP/1.1 only) from an accept loop of ours, so that every limit is
 //! explicit: at most [`HttpLimits::max_connections`] connections (more are closed at accept), request headers
 //! within [`HttpLimits::max_header_bytes`] and [`HttpLimits::header_read_timeout`] (which also ends idle
-//! keep-alive connections), bodies refused past [`HttpLimits::max_request_bytes`] (every route is a GET), a
+//! keep-alive connections), bodies refused past [`HttpLimits::max_request_bytes`] (1 MiB: the console's produce form is the largest body), a
 //! handler answer within [`HttpLimits::request_timeout`], and a connection's whole life within
 //! [`HttpLimits::connection_max_lifetime`].
 
@@ -44,7 +44,8 @@ impl Default for HttpLimits {
     fn default() -> Self {
         HttpLimits {
             max_connections: 64,
-            max_request_bytes: 64 * 1024,
+            // The console's produce form carries a record (console::api::limits).
+            max_request_bytes: crate::console::api::limits::REQUEST_BODY_BYTES_MAX,
             // hyper's smallest read buffer; headers must fit in it.
             max_header_bytes: 16 * 1024,
             header_read_timeout: Duration::from_secs(10),
@@ -141,9 +142,6 @@ pub fn router(broker: Arc<Broker>, limits: &HttpLimits) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .route("/v1/groups", get(groups))
-        .route("/v1/groups/{group}", get(group))
-        .route("/v1/topics", get(topics))
         .route("/v1/topics/{topic}/records", get(records))
         .merge(crate::console::router())
         .with_state(broker)
@@ -227,28 +225,12 @@ async fn metrics(State(broker): Shared) -> Response {
     }
 }
 
-async fn groups(State(broker): Shared) -> Response {
+/// `GET /v1/groups` without `page=` (routed by the console).
+pub(crate) async fn groups_array(broker: Arc<Broker>) -> Response {
     broker.replica_manager().metrics().http_requests.inc();
     let b = broker.clone();
     let reports = crate::blocking(move || super::groups::reports(&b, None)).await;
     Json(reports).into_response()
-}
-
-async fn group(State(broker): Shared, Path(group): Path<String>) -> Response {
-    broker.replica_manager().metrics().http_requests.inc();
-    let b = broker.clone();
-    let name = group.clone();
-    let mut reports = crate::blocking(move || super::groups::reports(&b, Some(&name))).await;
-    match reports.pop() {
-        Some(r) => Json(r).into_response(),
-        None => (
-            StatusCode::NOT_FOUND,
-            Json(serde_json::json!({
-                "error": format!("group '{group}' is not coordinated by this broker (or does not exist); ask its coordinator (annal group describe finds it)")
-            })),
-        )
-            .into_response(),
-    }
 }
 
 #[derive(Serialize)]
@@ -270,7 +252,8 @@ struct PartitionView {
     size_bytes: u64,
 }
 
-async fn topics(State(broker): Shared) -> Response {
+/// `GET /v1/topics` without `page=` (routed by the console).
+pub(crate) async fn topics_array(broker: Arc<Broker>) -> Response {
     broker.replica_manager().metrics().http_requests.inc();
     let b = broker.clone();
     let views = crate::blocking(move || {

@@ -20,7 +20,7 @@ pub mod groups;
 pub mod http;
 pub mod lag_health;
 pub mod metrics;
-mod process;
+pub(crate) mod process;
 pub mod records;
 pub mod retention_guard;
 pub mod scrape;

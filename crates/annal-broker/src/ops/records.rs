@@ -154,7 +154,7 @@ fn parse_bool(t: &str) -> Option<bool> {
 }
 
 /// `%XX` and `+` (a space) decoded; `None` on a malformed escape.
-fn percent_decode(s: &str) -> Option<Vec<u8>> {
+pub(crate) fn percent_decode(s: &str) -> Option<Vec<u8>> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

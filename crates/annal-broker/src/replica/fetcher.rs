@@ -384,6 +384,7 @@ impl FetcherTask {
             client_id: format!("annal-replica-fetcher-{}", self.local_broker_id),
             version_caps: None,
             network: self.network.clone(),
+            sasl: None,
         };
         Connection::connect_with(&self.addr, options).await
     }

@@ -135,8 +135,11 @@ pub async fn fetch_all(http: &str) -> Result<Vec<GroupHealth>> {
 pub async fn fetch_one(http: &str, group: &str) -> Option<GroupHealth> {
     for addr in addresses(http) {
         if let Ok((200, body)) = get(addr, &format!("/v1/groups/{}", encode_path(group))).await {
+            // "UNKNOWN": the console's view of a group coordinated elsewhere (lag only, no health): ask on.
             if let Ok(g) = serde_json::from_slice::<GroupHealth>(&body) {
-                return Some(g);
+                if g.status != "UNKNOWN" {
+                    return Some(g);
+                }
             }
         }
     }
