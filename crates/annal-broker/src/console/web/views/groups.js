@@ -36,6 +36,11 @@ function show(list, answer, onPage) {
     list.append(errorBox(answer));
     return;
   }
+  if (!answer || !Array.isArray(answer.items)) {
+    // A broker from before paging answers the whole list: refuse rather than render 10,000 rows.
+    list.append(errorBox(new Error("this broker does not page /v1/groups (docs/http-api.md, Paging): upgrade it")));
+    return;
+  }
   list.append(
     table(
       [
