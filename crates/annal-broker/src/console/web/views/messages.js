@@ -53,8 +53,11 @@ export async function render(main, { topic }, q) {
   markRendered("messages");
 }
 
+// Browsing again with the same form is a reload: the hash does not change, so no hashchange fires by itself.
 function go(enc, params) {
-  location.hash = `#/topics/${enc}/messages` + query(params);
+  const hash = `#/topics/${enc}/messages` + query(params);
+  if (location.hash === hash) window.dispatchEvent(new HashChangeEvent("hashchange"));
+  else location.hash = hash;
 }
 
 async function showBrowse(box, topic, s) {
