@@ -40,6 +40,16 @@ if ! command -v kcat > /dev/null && ! command -v kafkacat > /dev/null; then
   fi
 fi
 
+# Debian's chromium, for the console's browser tests (tests/interop/test_console.py, driven by Playwright); if apt
+# cannot install it, those tests skip and say so (ANNAL_SKIP_CHROMIUM=1).
+if ! command -v chromium > /dev/null; then
+  echo "== apt: chromium"
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } > /dev/null 2>&1; then
+    echo "test.sh: WARNING: could not install chromium with apt; the console's browser tests are skipped (ANNAL_SKIP_CHROMIUM=1)"
+    export ANNAL_SKIP_CHROMIUM=1
+  fi
+fi
+
 echo "== cargo: unit and integration tests"
 cargo test --workspace --locked --profile ci 2>&1
 annal_bin="$PWD/target/ci/annal"

@@ -55,6 +55,14 @@ if ! command -v kcat > /dev/null && ! command -v kafkacat > /dev/null; then
   fi
 fi
 
+# chromium, for the console's browser tests (test_console.py, Playwright driving Debian's chromium, never a
+# downloaded browser); without it those tests skip and say why.
+if ! command -v chromium > /dev/null && [ "${ANNAL_SKIP_CHROMIUM:-}" != "1" ]; then
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } > "$cache/apt-chromium.log" 2>&1; then
+    echo "interop: could not install chromium with apt (see $cache/apt-chromium.log); the console tests will skip"
+  fi
+fi
+
 # openssl, for the security tests' certificates (made at test time); without it those tests skip and say why.
 if ! command -v openssl > /dev/null; then
   if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl; } > "$cache/apt-openssl.log" 2>&1; then

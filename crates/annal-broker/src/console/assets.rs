@@ -17,18 +17,36 @@ struct Asset {
     body: &'static str,
 }
 
+/// Every file the page loads: `app.js` (the router) imports `api.js`, `dom.js` and one module per screen under
+/// `views/`. A module missing here is a 404 in the browser; `every_import_is_embedded` checks the table.
 const ASSETS: &[Asset] = &[
-    Asset {
-        path: "/console/app.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_str!("web/app.js"),
-    },
+    js("/console/app.js", include_str!("web/app.js")),
+    js("/console/api.js", include_str!("web/api.js")),
+    js("/console/dom.js", include_str!("web/dom.js")),
+    js("/console/views/overview.js", include_str!("web/views/overview.js")),
+    js("/console/views/topics.js", include_str!("web/views/topics.js")),
+    js("/console/views/topic.js", include_str!("web/views/topic.js")),
+    js("/console/views/messages.js", include_str!("web/views/messages.js")),
+    js("/console/views/produce.js", include_str!("web/views/produce.js")),
+    js("/console/views/groups.js", include_str!("web/views/groups.js")),
+    js("/console/views/group.js", include_str!("web/views/group.js")),
+    js("/console/views/acls.js", include_str!("web/views/acls.js")),
+    js("/console/views/users.js", include_str!("web/views/users.js")),
+    js("/console/views/login.js", include_str!("web/views/login.js")),
     Asset {
         path: "/console/style.css",
         content_type: "text/css; charset=utf-8",
         body: include_str!("web/style.css"),
     },
 ];
+
+const fn js(path: &'static str, body: &'static str) -> Asset {
+    Asset {
+        path,
+        content_type: "text/javascript; charset=utf-8",
+        body,
+    }
+}
 
 const INDEX_HTML: &str = include_str!("web/index.html");
 
@@ -65,4 +83,65 @@ async fn index() -> impl IntoResponse {
         ],
         INDEX_HTML,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The URL path an ES module import resolves to, from the importing module's URL path.
+    fn resolve(from: &str, spec: &str) -> String {
+        let mut parts: Vec<&str> = from.split('/').collect();
+        parts.pop();
+        for piece in spec.split('/') {
+            match piece {
+                "." => {}
+                ".." => {
+                    parts.pop();
+                }
+                p => parts.push(p),
+            }
+        }
+        parts.join("/")
+    }
+
+    #[test]
+    fn every_import_is_embedded() {
+        let served: Vec<&str> = ASSETS.iter().map(|a| a.path).collect();
+        let mut imports = 0;
+        for asset in ASSETS.iter().filter(|a| a.path.ends_with(".js")) {
+            // Every `from "./x.js"` (imports may span lines; only relative ones: there are no external URLs).
+            for (_, rest) in asset.body.match_indices(" from \"").map(|(i, m)| asset.body.split_at(i + m.len())) {
+                let spec = rest.split('"').next().unwrap_or("");
+                assert!(spec.starts_with('.'), "{} imports {spec}: only relative imports", asset.path);
+                let target = resolve(asset.path, spec);
+                assert!(
+                    served.contains(&target.as_str()),
+                    "{} imports {spec} ({target}), which is not in ASSETS",
+                    asset.path
+                );
+                imports += 1;
+            }
+        }
+        // app.js alone imports the helpers and every screen.
+        assert!(imports >= 12, "found only {imports} imports");
+    }
+
+    #[test]
+    fn the_page_loads_its_script_and_style_from_the_table() {
+        for src in ["/console/app.js", "/console/style.css"] {
+            assert!(INDEX_HTML.contains(src), "index.html does not load {src}");
+            assert!(ASSETS.iter().any(|a| a.path == src), "{src} is not embedded");
+        }
+    }
+
+    /// The screens build the DOM with textContent; data must never reach innerHTML (see web/dom.js).
+    #[test]
+    fn no_screen_writes_html_strings() {
+        for asset in ASSETS.iter().filter(|a| a.path.ends_with(".js")) {
+            for banned in ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("] {
+                assert!(!asset.body.contains(banned), "{} uses {banned}", asset.path);
+            }
+        }
+    }
 }
