@@ -74,5 +74,5 @@ pub use crate::groups::{
     group_error, CommittedOffset, Coordinator, GroupDescription, GroupMember, GroupOffsets,
     ListedGroup, MemberAssignment, ProducerInfo,
 };
-pub use crate::sasl::{SaslCredentials, SaslMechanism};
 pub use crate::partition_admin::{delete_records_error, DeletedRecords};
+pub use crate::sasl::{SaslCredentials, SaslMechanism};

@@ -23,16 +23,43 @@ const ASSETS: &[Asset] = &[
     js("/console/app.js", include_str!("web/app.js")),
     js("/console/api.js", include_str!("web/api.js")),
     js("/console/dom.js", include_str!("web/dom.js")),
-    js("/console/views/overview.js", include_str!("web/views/overview.js")),
-    js("/console/views/topics.js", include_str!("web/views/topics.js")),
-    js("/console/views/topic.js", include_str!("web/views/topic.js")),
-    js("/console/views/messages.js", include_str!("web/views/messages.js")),
-    js("/console/views/produce.js", include_str!("web/views/produce.js")),
-    js("/console/views/groups.js", include_str!("web/views/groups.js")),
-    js("/console/views/group.js", include_str!("web/views/group.js")),
+    js(
+        "/console/views/overview.js",
+        include_str!("web/views/overview.js"),
+    ),
+    js(
+        "/console/views/topics.js",
+        include_str!("web/views/topics.js"),
+    ),
+    js(
+        "/console/views/topic.js",
+        include_str!("web/views/topic.js"),
+    ),
+    js(
+        "/console/views/messages.js",
+        include_str!("web/views/messages.js"),
+    ),
+    js(
+        "/console/views/produce.js",
+        include_str!("web/views/produce.js"),
+    ),
+    js(
+        "/console/views/groups.js",
+        include_str!("web/views/groups.js"),
+    ),
+    js(
+        "/console/views/group.js",
+        include_str!("web/views/group.js"),
+    ),
     js("/console/views/acls.js", include_str!("web/views/acls.js")),
-    js("/console/views/users.js", include_str!("web/views/users.js")),
-    js("/console/views/login.js", include_str!("web/views/login.js")),
+    js(
+        "/console/views/users.js",
+        include_str!("web/views/users.js"),
+    ),
+    js(
+        "/console/views/login.js",
+        include_str!("web/views/login.js"),
+    ),
     Asset {
         path: "/console/style.css",
         content_type: "text/css; charset=utf-8",
@@ -111,9 +138,17 @@ mod tests {
         let mut imports = 0;
         for asset in ASSETS.iter().filter(|a| a.path.ends_with(".js")) {
             // Every `from "./x.js"` (imports may span lines; only relative ones: there are no external URLs).
-            for (_, rest) in asset.body.match_indices(" from \"").map(|(i, m)| asset.body.split_at(i + m.len())) {
+            for (_, rest) in asset
+                .body
+                .match_indices(" from \"")
+                .map(|(i, m)| asset.body.split_at(i + m.len()))
+            {
                 let spec = rest.split('"').next().unwrap_or("");
-                assert!(spec.starts_with('.'), "{} imports {spec}: only relative imports", asset.path);
+                assert!(
+                    spec.starts_with('.'),
+                    "{} imports {spec}: only relative imports",
+                    asset.path
+                );
                 let target = resolve(asset.path, spec);
                 assert!(
                     served.contains(&target.as_str()),
@@ -131,7 +166,10 @@ mod tests {
     fn the_page_loads_its_script_and_style_from_the_table() {
         for src in ["/console/app.js", "/console/style.css"] {
             assert!(INDEX_HTML.contains(src), "index.html does not load {src}");
-            assert!(ASSETS.iter().any(|a| a.path == src), "{src} is not embedded");
+            assert!(
+                ASSETS.iter().any(|a| a.path == src),
+                "{src} is not embedded"
+            );
         }
     }
 
@@ -139,7 +177,13 @@ mod tests {
     #[test]
     fn no_screen_writes_html_strings() {
         for asset in ASSETS.iter().filter(|a| a.path.ends_with(".js")) {
-            for banned in ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("] {
+            for banned in [
+                "innerHTML",
+                "outerHTML",
+                "insertAdjacentHTML",
+                "document.write",
+                "eval(",
+            ] {
                 assert!(!asset.body.contains(banned), "{} uses {banned}", asset.path);
             }
         }

@@ -207,7 +207,10 @@ pub async fn get_detail(ctx: Ctx, Path(group): Path<String>) -> ApiResult<Respon
     let local = crate::blocking(move || crate::ops::groups::reports(&b, Some(&name)).pop()).await;
     let value = within_timeout(&format!("describing group '{group}'"), async {
         let mut client = ctx.client().await?;
-        let described = client.describe_group(&group).await.map_err(ApiError::from_client)?;
+        let described = client
+            .describe_group(&group)
+            .await
+            .map_err(ApiError::from_client)?;
         if described.state == "Dead" && local.is_none() {
             return Err(ApiError::not_found(
                 "GROUP_ID_NOT_FOUND",
@@ -240,7 +243,10 @@ pub async fn get_detail(ctx: Ctx, Path(group): Path<String>) -> ApiResult<Respon
             None => remote_report(&mut client, &group, &described).await?,
         };
         if let Some(object) = value.as_object_mut() {
-            object.insert("member_list".into(), serde_json::to_value(members).unwrap_or_default());
+            object.insert(
+                "member_list".into(),
+                serde_json::to_value(members).unwrap_or_default(),
+            );
             object.insert("coordinator".into(), described.coordinator.node_id.into());
         }
         Ok(value)
@@ -255,7 +261,10 @@ async fn remote_report(
     group: &str,
     described: &annal_client::GroupDescription,
 ) -> ApiResult<serde_json::Value> {
-    let offsets = client.fetch_offsets(group).await.map_err(ApiError::from_client)?;
+    let offsets = client
+        .fetch_offsets(group)
+        .await
+        .map_err(ApiError::from_client)?;
     let mut partitions = Vec::new();
     for (topic, parts) in &offsets {
         let latest = latest_offsets(client, topic).await?;
@@ -351,11 +360,18 @@ impl Target {
 }
 
 /// `POST /v1/groups/{group}/offsets`: reset committed offsets; a dry run only answers what would change.
-pub async fn reset_offsets(ctx: Ctx, Path(group): Path<String>, body: Bytes) -> ApiResult<Response> {
+pub async fn reset_offsets(
+    ctx: Ctx,
+    Path(group): Path<String>,
+    body: Bytes,
+) -> ApiResult<Response> {
     let body: ResetBody = parse_body(&body)?;
     let target = Target::parse(&body)?;
     if let Some(ps) = &body.partitions {
-        if ps.is_empty() || ps.len() > super::limits::PARTITIONS_MAX as usize || ps.iter().any(|p| *p < 0) {
+        if ps.is_empty()
+            || ps.len() > super::limits::PARTITIONS_MAX as usize
+            || ps.iter().any(|p| *p < 0)
+        {
             return Err(ApiError::bad_request(
                 "partitions: a non-empty list of partition numbers (0 and up), or null for all",
             ));
@@ -507,7 +523,10 @@ pub async fn delete_group(
     .await?;
     match results.first() {
         Some((_, 0)) => Ok(StatusCode::NO_CONTENT.into_response()),
-        Some((_, code)) => Err(ApiError::kafka(*code, annal_client::group_error(&group, *code))),
+        Some((_, code)) => Err(ApiError::kafka(
+            *code,
+            annal_client::group_error(&group, *code),
+        )),
         None => Err(ApiError::from_client(anyhow::anyhow!(
             "the coordinator answered DeleteGroups without group '{group}'"
         ))),

@@ -7,7 +7,10 @@
 
 use std::collections::BTreeMap;
 
-use annal_client::{decode_fetched, encode_batch, Client, FetchedRecord, OutgoingRecord, TopicMetadata, EARLIEST, LATEST};
+use annal_client::{
+    decode_fetched, encode_batch, Client, FetchedRecord, OutgoingRecord, TopicMetadata, EARLIEST,
+    LATEST,
+};
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery};
 use axum::response::{IntoResponse, Response};
@@ -44,11 +47,19 @@ pub fn render(bytes: &[u8]) -> Data {
         if trimmed.starts_with('{') || trimmed.starts_with('[') {
             if let Ok(v) = serde_json::from_str::<serde_json::Value>(text) {
                 let (text, cut) = cut_to(serde_json::to_string_pretty(&v).unwrap_or_default());
-                return Data { encoding: "json", text, cut };
+                return Data {
+                    encoding: "json",
+                    text,
+                    cut,
+                };
             }
         }
         let (text, cut) = cut_to(text.to_string());
-        return Data { encoding: "utf8", text, cut };
+        return Data {
+            encoding: "utf8",
+            text,
+            cut,
+        };
     }
     let shown = &bytes[..bytes.len().min(limits::RENDER_TEXT_BYTES_MAX / 2)];
     Data {
@@ -93,15 +104,16 @@ struct Filters {
 impl Filters {
     fn matches(&self, r: &FetchedRecord) -> bool {
         let has = |bytes: &Option<Bytes>, needle: &str| {
-            bytes.as_ref().is_some_and(|b| searchable(b).contains(needle))
+            bytes
+                .as_ref()
+                .is_some_and(|b| searchable(b).contains(needle))
         };
         self.key.as_deref().is_none_or(|k| has(&r.key, k))
             && self.value.as_deref().is_none_or(|v| has(&r.value, v))
-            && self.header.as_deref().is_none_or(|h| {
-                r.headers
-                    .iter()
-                    .any(|(k, v)| k.contains(h) || has(v, h))
-            })
+            && self
+                .header
+                .as_deref()
+                .is_none_or(|h| r.headers.iter().any(|(k, v)| k.contains(h) || has(v, h)))
     }
 }
 
@@ -113,7 +125,10 @@ fn message(partition: i32, r: FetchedRecord) -> Message {
         timestamp_ms: r.timestamp,
         size_bytes: len(&r.key)
             + len(&r.value)
-            + r.headers.iter().map(|(k, v)| k.len() + len(v)).sum::<usize>(),
+            + r.headers
+                .iter()
+                .map(|(k, v)| k.len() + len(v))
+                .sum::<usize>(),
         key: r.key.as_deref().map(render),
         value: r.value.as_deref().map(render),
         headers: r
@@ -213,7 +228,11 @@ async fn scan_forward(
 }
 
 /// `GET /v1/topics/{topic}/messages`.
-pub async fn browse(ctx: Ctx, Path(topic): Path<String>, RawQuery(raw): RawQuery) -> ApiResult<Response> {
+pub async fn browse(
+    ctx: Ctx,
+    Path(topic): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Response> {
     let q = Query::parse(raw.as_deref())?;
     let limit = q
         .number::<usize>("limit", 1..=limits::BROWSE_LIMIT_MAX)?
@@ -255,15 +274,29 @@ pub async fn browse(ctx: Ctx, Path(topic): Path<String>, RawQuery(raw): RawQuery
             Some(p) => {
                 return Err(ApiError::not_found(
                     "UNKNOWN_TOPIC_OR_PARTITION",
-                    format!("topic '{topic}' has no partition {p} (it has {})", meta.partitions.len()),
+                    format!(
+                        "topic '{topic}' has no partition {p} (it has {})",
+                        meta.partitions.len()
+                    ),
                 ))
             }
             None => meta.partitions.iter().map(|m| m.index).collect(),
         };
-        let earliest = client.list_offsets(&meta, &partitions, EARLIEST).await.map_err(ApiError::from_client)?;
-        let latest = client.list_offsets(&meta, &partitions, LATEST).await.map_err(ApiError::from_client)?;
+        let earliest = client
+            .list_offsets(&meta, &partitions, EARLIEST)
+            .await
+            .map_err(ApiError::from_client)?;
+        let latest = client
+            .list_offsets(&meta, &partitions, LATEST)
+            .await
+            .map_err(ApiError::from_client)?;
         let by_time = match from {
-            From::Timestamp(ts) => Some(client.list_offsets(&meta, &partitions, ts).await.map_err(ApiError::from_client)?),
+            From::Timestamp(ts) => Some(
+                client
+                    .list_offsets(&meta, &partitions, ts)
+                    .await
+                    .map_err(ApiError::from_client)?,
+            ),
             _ => None,
         };
         let mut budget = Budget {
@@ -284,8 +317,17 @@ pub async fn browse(ctx: Ctx, Path(topic): Path<String>, RawQuery(raw): RawQuery
                 let mut found: Vec<FetchedRecord> = Vec::new();
                 while hi > start && found.len() < limit && !budget.exhausted() {
                     let lo = (hi - window).max(start);
-                    let (mut got, n) =
-                        scan_forward(&mut client, &meta, p, lo, hi, usize::MAX, &filters, &mut budget).await?;
+                    let (mut got, n) = scan_forward(
+                        &mut client,
+                        &meta,
+                        p,
+                        lo,
+                        hi,
+                        usize::MAX,
+                        &filters,
+                        &mut budget,
+                    )
+                    .await?;
                     scanned += n;
                     got.extend(found);
                     found = got;
@@ -310,7 +352,17 @@ pub async fn browse(ctx: Ctx, Path(topic): Path<String>, RawQuery(raw): RawQuery
                 if want == 0 {
                     break;
                 }
-                let (got, n) = scan_forward(&mut client, &meta, p, position, end, want, &filters, &mut budget).await?;
+                let (got, n) = scan_forward(
+                    &mut client,
+                    &meta,
+                    p,
+                    position,
+                    end,
+                    want,
+                    &filters,
+                    &mut budget,
+                )
+                .await?;
                 scanned += n;
                 let reached = got.last().map_or(position, |r| r.offset + 1);
                 unfinished |= got.len() < want && reached < end && budget.exhausted();
@@ -319,11 +371,17 @@ pub async fn browse(ctx: Ctx, Path(topic): Path<String>, RawQuery(raw): RawQuery
         }
         if let From::Newest = from {
             messages.sort_by(|a, b| {
-                b.timestamp_ms.cmp(&a.timestamp_ms).then(b.offset.cmp(&a.offset)).then(a.partition.cmp(&b.partition))
+                b.timestamp_ms
+                    .cmp(&a.timestamp_ms)
+                    .then(b.offset.cmp(&a.offset))
+                    .then(a.partition.cmp(&b.partition))
             });
         } else {
             messages.sort_by(|a, b| {
-                a.timestamp_ms.cmp(&b.timestamp_ms).then(a.partition.cmp(&b.partition)).then(a.offset.cmp(&b.offset))
+                a.timestamp_ms
+                    .cmp(&b.timestamp_ms)
+                    .then(a.partition.cmp(&b.partition))
+                    .then(a.offset.cmp(&b.offset))
             });
         }
         messages.truncate(limit);
@@ -370,7 +428,10 @@ pub async fn produce(ctx: Ctx, Path(topic): Path<String>, body: Bytes) -> ApiRes
         let meta = client.topic(&topic).await.map_err(ApiError::from_client)?;
         let count = meta.partitions.len() as u32;
         if count == 0 {
-            return Err(ApiError::not_found("UNKNOWN_TOPIC_OR_PARTITION", format!("topic '{topic}' has no partitions")));
+            return Err(ApiError::not_found(
+                "UNKNOWN_TOPIC_OR_PARTITION",
+                format!("topic '{topic}' has no partitions"),
+            ));
         }
         let partition = match (body.partition, &body.key) {
             (Some(p), _) if meta.partitions.iter().any(|m| m.index == p) => p,
@@ -380,7 +441,9 @@ pub async fn produce(ctx: Ctx, Path(topic): Path<String>, body: Bytes) -> ApiRes
                     format!("topic '{topic}' has no partition {p} (it has {count})"),
                 ))
             }
-            (None, Some(k)) => annal_client::partitioner::partition_for_key(k.as_bytes(), count) as i32,
+            (None, Some(k)) => {
+                annal_client::partitioner::partition_for_key(k.as_bytes(), count) as i32
+            }
             (None, None) => {
                 use rand::Rng;
                 rand::thread_rng().gen_range(0..count) as i32
@@ -396,7 +459,8 @@ pub async fn produce(ctx: Ctx, Path(topic): Path<String>, body: Bytes) -> ApiRes
                 .collect(),
             timestamp: crate::now_ms(),
         };
-        let batch = encode_batch(&[record], kafka_protocol::records::Compression::None).map_err(ApiError::from_client)?;
+        let batch = encode_batch(&[record], kafka_protocol::records::Compression::None)
+            .map_err(ApiError::from_client)?;
         let results = client
             .produce(&meta, vec![(partition, batch)], -1, 15_000)
             .await
@@ -404,7 +468,11 @@ pub async fn produce(ctx: Ctx, Path(topic): Path<String>, body: Bytes) -> ApiRes
         let r = results
             .into_iter()
             .find(|r| r.partition == partition)
-            .ok_or_else(|| ApiError::from_client(anyhow::anyhow!("the leader answered Produce without partition {partition}")))?;
+            .ok_or_else(|| {
+                ApiError::from_client(anyhow::anyhow!(
+                    "the leader answered Produce without partition {partition}"
+                ))
+            })?;
         if r.error_code != 0 {
             return Err(ApiError::kafka(
                 r.error_code,
@@ -429,7 +497,11 @@ mod tests {
         let j = render(br#"{"a":1}"#);
         assert_eq!((j.encoding, j.text.as_str()), ("json", "{\n  \"a\": 1\n}"));
         assert_eq!(render(b"plain 42").encoding, "utf8");
-        assert_eq!(render(b"42").encoding, "utf8", "a bare number is text, not JSON");
+        assert_eq!(
+            render(b"42").encoding,
+            "utf8",
+            "a bare number is text, not JSON"
+        );
         let h = render(&[0xff, 0x00, 0x10]);
         assert_eq!((h.encoding, h.text.as_str()), ("hex", "ff0010"));
         let long = "é".repeat(limits::RENDER_TEXT_BYTES_MAX);

@@ -187,14 +187,20 @@ fn kafka_name_in(text: &str) -> String {
 fn status_for_kafka_name(name: &str) -> StatusCode {
     match name {
         "TOPIC_ALREADY_EXISTS" | "NON_EMPTY_GROUP" | "GROUP_NOT_EMPTY" => StatusCode::CONFLICT,
-        "UNKNOWN_TOPIC_OR_PARTITION" | "UNKNOWN_TOPIC_ID" | "GROUP_ID_NOT_FOUND" | "RESOURCE_NOT_FOUND" => {
-            StatusCode::NOT_FOUND
-        }
+        "UNKNOWN_TOPIC_OR_PARTITION"
+        | "UNKNOWN_TOPIC_ID"
+        | "GROUP_ID_NOT_FOUND"
+        | "RESOURCE_NOT_FOUND" => StatusCode::NOT_FOUND,
         "SASL_AUTHENTICATION_FAILED" | "ILLEGAL_SASL_STATE" | "UNSUPPORTED_SASL_MECHANISM" => {
             StatusCode::UNAUTHORIZED
         }
-        "BROKER_NOT_AVAILABLE" | "KAFKA_ERROR" | "REQUEST_TIMED_OUT" | "NOT_CONTROLLER"
-        | "LEADER_NOT_AVAILABLE" | "NOT_LEADER_OR_FOLLOWER" | "COORDINATOR_NOT_AVAILABLE"
+        "BROKER_NOT_AVAILABLE"
+        | "KAFKA_ERROR"
+        | "REQUEST_TIMED_OUT"
+        | "NOT_CONTROLLER"
+        | "LEADER_NOT_AVAILABLE"
+        | "NOT_LEADER_OR_FOLLOWER"
+        | "COORDINATOR_NOT_AVAILABLE"
         | "COORDINATOR_LOAD_IN_PROGRESS" => StatusCode::BAD_GATEWAY,
         n if n.ends_with("_AUTHORIZATION_FAILED") => StatusCode::FORBIDDEN,
         _ => StatusCode::BAD_REQUEST,
@@ -272,11 +278,20 @@ impl Query {
             let decode = |s: &str| {
                 crate::ops::records::percent_decode(s)
                     .and_then(|b| String::from_utf8(b).ok())
-                    .ok_or_else(|| ApiError::bad_request(format!("query parameter '{part}' is not valid percent-encoded UTF-8")))
+                    .ok_or_else(|| {
+                        ApiError::bad_request(format!(
+                            "query parameter '{part}' is not valid percent-encoded UTF-8"
+                        ))
+                    })
             };
             pairs.push((decode(k)?, decode(v)?));
         }
         Ok(Query(pairs))
+    }
+
+    /// A query built from (name, value) pairs, e.g. a JSON body's fields read as a filter.
+    pub fn from_pairs(pairs: Vec<(String, String)>) -> Query {
+        Query(pairs)
     }
 
     pub fn get(&self, name: &str) -> Option<&str> {
@@ -324,7 +339,15 @@ impl Query {
 /// A list request wants the paged form when it names any list parameter (a malformed query too, so it is
 /// answered with a 400 rather than the whole array); a bare `GET /v1/topics` or `/v1/groups` keeps the array.
 pub fn wants_page(raw: Option<&str>) -> bool {
-    const LIST_PARAMETERS: &[&str] = &["page", "page_size", "q", "sort", "internal", "state", "status"];
+    const LIST_PARAMETERS: &[&str] = &[
+        "page",
+        "page_size",
+        "q",
+        "sort",
+        "internal",
+        "state",
+        "status",
+    ];
     match Query::parse(raw) {
         Ok(q) => LIST_PARAMETERS.iter().any(|p| q.has(p)),
         Err(_) => true,
@@ -343,7 +366,9 @@ pub struct Paging {
 
 impl Paging {
     pub fn parse(query: &Query, sort_fields: &[&str]) -> ApiResult<Paging> {
-        let page = query.number::<usize>("page", 1..=usize::MAX / 2)?.unwrap_or(1);
+        let page = query
+            .number::<usize>("page", 1..=usize::MAX / 2)?
+            .unwrap_or(1);
         let page_size = query
             .number::<usize>("page_size", 1..=limits::PAGE_SIZE_MAX)?
             .unwrap_or(limits::PAGE_SIZE_DEFAULT);
@@ -381,11 +406,7 @@ impl Paging {
     pub fn page_of<T>(&self, items: Vec<T>) -> Page<T> {
         let total = items.len();
         let start = (self.page - 1).saturating_mul(self.page_size);
-        let items = items
-            .into_iter()
-            .skip(start)
-            .take(self.page_size)
-            .collect();
+        let items = items.into_iter().skip(start).take(self.page_size).collect();
         Page {
             total,
             page: self.page,
@@ -405,8 +426,11 @@ pub struct Page<T> {
 
 /// A JSON body, refused with the console's error shape (not axum's text) when it does not parse.
 pub fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("the request body is not the JSON this endpoint takes: {e}")))
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "the request body is not the JSON this endpoint takes: {e}"
+        ))
+    })
 }
 
 /// A confirmation parameter (`confirm=`) that must repeat the name of what is deleted.

@@ -187,7 +187,10 @@ impl ConsoleState {
                     ApiError::new(
                         StatusCode::BAD_GATEWAY,
                         "BROKER_NOT_AVAILABLE",
-                        format!("the console cannot reach its broker's client listener at {}: {e:#}", target.addr),
+                        format!(
+                            "the console cannot reach its broker's client listener at {}: {e:#}",
+                            target.addr
+                        ),
                     )
                 })?;
             *guard = Some(client);
@@ -333,7 +336,10 @@ pub async fn login(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
                 ApiError::new(
                     StatusCode::UNAUTHORIZED,
                     "SASL_AUTHENTICATION_FAILED",
-                    format!("login as '{}' with {mechanism_name} failed: {text}", body.username),
+                    format!(
+                        "login as '{}' with {mechanism_name} failed: {text}",
+                        body.username
+                    ),
                 )
             } else {
                 ApiError::from_client(e)

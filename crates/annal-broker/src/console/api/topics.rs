@@ -311,7 +311,8 @@ async fn detail_of(ctx: &Ctx, name: &str) -> ApiResult<TopicDetail> {
         .collect();
     let b = ctx.broker.clone();
     let topic = name.to_string();
-    let groups = crate::blocking(move || groups_by_topic(&b).remove(&topic).unwrap_or_default()).await;
+    let groups =
+        crate::blocking(move || groups_by_topic(&b).remove(&topic).unwrap_or_default()).await;
     Ok(TopicDetail {
         name: meta.name,
         id: meta.id.to_string(),
@@ -325,7 +326,11 @@ async fn detail_of(ctx: &Ctx, name: &str) -> ApiResult<TopicDetail> {
 
 /// `GET /v1/topics/{topic}`.
 pub async fn detail(ctx: Ctx, Path(topic): Path<String>) -> ApiResult<Response> {
-    let d = within_timeout(&format!("describing topic '{topic}'"), detail_of(&ctx, &topic)).await?;
+    let d = within_timeout(
+        &format!("describing topic '{topic}'"),
+        detail_of(&ctx, &topic),
+    )
+    .await?;
     Ok(Json(d).into_response())
 }
 
@@ -352,7 +357,10 @@ pub async fn create(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "INVALID_PARTITIONS",
-            format!("partitions={partitions}: from 1 to {} (or -1 for the broker's default)", limits::PARTITIONS_MAX),
+            format!(
+                "partitions={partitions}: from 1 to {} (or -1 for the broker's default)",
+                limits::PARTITIONS_MAX
+            ),
         ));
     }
     let rf = body.replication_factor.unwrap_or(-1);
@@ -391,9 +399,17 @@ pub async fn create(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
             .topics
             .into_iter()
             .find(|t| t.name.0.as_str() == name)
-            .ok_or_else(|| ApiError::from_client(anyhow::anyhow!("the broker answered CreateTopics without topic '{name}'")))?;
+            .ok_or_else(|| {
+                ApiError::from_client(anyhow::anyhow!(
+                    "the broker answered CreateTopics without topic '{name}'"
+                ))
+            })?;
         if result.error_code != 0 {
-            let message = result.error_message.as_ref().map(|m| m.to_string()).unwrap_or_default();
+            let message = result
+                .error_message
+                .as_ref()
+                .map(|m| m.to_string())
+                .unwrap_or_default();
             return Err(ApiError::kafka(
                 result.error_code,
                 format!(
@@ -415,7 +431,10 @@ pub async fn create(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
     // Wait until the new topic has leaders, then answer what a describe answers.
     within_timeout("waiting for the new topic", async {
         let mut client = ctx.client().await?;
-        client.created_topic(&body.name).await.map_err(ApiError::from_client)
+        client
+            .created_topic(&body.name)
+            .await
+            .map_err(ApiError::from_client)
     })
     .await?;
     let d = within_timeout("describing the new topic", detail_of(&ctx, &body.name)).await?;
@@ -434,11 +453,17 @@ struct AlterBody {
 }
 
 /// `PATCH /v1/topics/{topic}/configs`: IncrementalAlterConfigs (SET and DELETE), then the configs again.
-pub async fn alter_configs(ctx: Ctx, Path(topic): Path<String>, body: Bytes) -> ApiResult<Response> {
+pub async fn alter_configs(
+    ctx: Ctx,
+    Path(topic): Path<String>,
+    body: Bytes,
+) -> ApiResult<Response> {
     check_name(&topic)?;
     let body: AlterBody = parse_body(&body)?;
     if body.set.is_empty() && body.delete.is_empty() {
-        return Err(ApiError::bad_request("nothing to change: give \"set\" and/or \"delete\""));
+        return Err(ApiError::bad_request(
+            "nothing to change: give \"set\" and/or \"delete\"",
+        ));
     }
     let configs = within_timeout(&format!("changing the configs of '{topic}'"), async {
         let mut client = ctx.client().await?;
@@ -492,14 +517,22 @@ struct PartitionsBody {
 }
 
 /// `POST /v1/topics/{topic}/partitions`: CreatePartitions to a new total.
-pub async fn add_partitions(ctx: Ctx, Path(topic): Path<String>, body: Bytes) -> ApiResult<Response> {
+pub async fn add_partitions(
+    ctx: Ctx,
+    Path(topic): Path<String>,
+    body: Bytes,
+) -> ApiResult<Response> {
     check_name(&topic)?;
     let body: PartitionsBody = parse_body(&body)?;
     if !(1..=limits::PARTITIONS_MAX).contains(&body.count) {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "INVALID_PARTITIONS",
-            format!("count={}: the new total, from 1 to {}", body.count, limits::PARTITIONS_MAX),
+            format!(
+                "count={}: the new total, from 1 to {}",
+                body.count,
+                limits::PARTITIONS_MAX
+            ),
         ));
     }
     within_timeout(&format!("adding partitions to '{topic}'"), async {
@@ -524,7 +557,10 @@ pub async fn delete_topic(
     check_confirm(&Query::parse(raw.as_deref())?, &topic, "topic")?;
     within_timeout(&format!("deleting topic '{topic}'"), async {
         let mut client = ctx.client().await?;
-        client.delete_topic(&topic).await.map_err(ApiError::from_client)
+        client
+            .delete_topic(&topic)
+            .await
+            .map_err(ApiError::from_client)
     })
     .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
