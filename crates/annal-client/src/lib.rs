@@ -56,6 +56,7 @@ mod partition_admin;
 pub mod partitioner;
 mod sasl;
 pub mod scram;
+mod tls;
 
 pub use crate::assignment::{decode_assignment, Assignment};
 pub use crate::batch::{
@@ -74,5 +75,6 @@ pub use crate::groups::{
     group_error, CommittedOffset, Coordinator, GroupDescription, GroupMember, GroupOffsets,
     ListedGroup, MemberAssignment, ProducerInfo,
 };
-pub use crate::sasl::{SaslCredentials, SaslMechanism};
 pub use crate::partition_admin::{delete_records_error, DeletedRecords};
+pub use crate::sasl::{SaslCredentials, SaslMechanism};
+pub use crate::tls::ClientTls;
