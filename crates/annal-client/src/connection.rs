@@ -51,8 +51,11 @@ pub struct ConnectionOptions {
     /// How the connection is opened: the operating system's TCP ([`TokioNetwork`]) unless a node runs inside
     /// the deterministic simulator ([`crate::net`]).
     pub network: Arc<dyn Network>,
-    /// Authenticate every connection with SASL right after ApiVersions (a SASL_PLAINTEXT listener).
+    /// Authenticate every connection with SASL right after ApiVersions (a SASL_PLAINTEXT or SASL_SSL listener).
     pub sasl: Option<crate::sasl::SaslCredentials>,
+    /// Speak TLS (an SSL or SASL_SSL listener): the handshake runs right after the TCP connect, within
+    /// `connect_timeout`.
+    pub tls: Option<crate::tls::ClientTls>,
 }
 
 impl std::fmt::Debug for ConnectionOptions {
@@ -64,6 +67,7 @@ impl std::fmt::Debug for ConnectionOptions {
             .field("client_id", &self.client_id)
             .field("version_caps", &self.version_caps)
             .field("sasl", &self.sasl)
+            .field("tls", &self.tls)
             .finish_non_exhaustive()
     }
 }
@@ -78,6 +82,7 @@ impl Default for ConnectionOptions {
             version_caps: None,
             network: Arc::new(TokioNetwork),
             sasl: None,
+            tls: None,
         }
     }
 }
@@ -154,6 +159,19 @@ impl Connection {
                     &std::io::Error::from(std::io::ErrorKind::TimedOut),
                     timeout,
                 ))
+            }
+        };
+        let stream = match &options.tls {
+            None => stream,
+            Some(tls) => {
+                match tokio::time::timeout(timeout, crate::tls::handshake(stream, addr, tls)).await {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(err)) => bail!("TLS handshake with broker at {addr} failed: {err}"),
+                    Err(_) => bail!(
+                        "TLS handshake with broker at {addr} did not finish within {timeout:?}; is that \
+                         address an SSL or SASL_SSL listener?"
+                    ),
+                }
             }
         };
         // TCP_NODELAY is set by the network (TokioNetwork sets it on every stream).

@@ -56,6 +56,7 @@ mod partition_admin;
 pub mod partitioner;
 mod sasl;
 pub mod scram;
+mod tls;
 
 pub use crate::assignment::{decode_assignment, Assignment};
 pub use crate::batch::{
@@ -76,3 +77,4 @@ pub use crate::groups::{
 };
 pub use crate::partition_admin::{delete_records_error, DeletedRecords};
 pub use crate::sasl::{SaslCredentials, SaslMechanism};
+pub use crate::tls::ClientTls;

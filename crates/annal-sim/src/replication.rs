@@ -497,6 +497,7 @@ impl Kafka {
                 version_caps: None,
                 network: Arc::new(SimNetwork),
                 sasl: None,
+                tls: None,
             };
             let conn = Connection::connect_with(&format!("{}:{BROKER_PORT}", host(node)), options)
                 .await

@@ -80,9 +80,16 @@ pub struct ClusterRuntime {
     fetchers: parking_lot::Mutex<Option<Arc<ReplicaFetchers>>>,
     /// Bumped after every image applied to the partitions (the group coordinator follows leadership on it).
     applied: watch::Sender<u64>,
+    /// TLS and SASL of this broker's connections to the other brokers' inter-broker listener.
+    inter_broker: crate::security::InterBrokerClient,
 }
 
 impl ClusterRuntime {
+    /// How connections to the other brokers' inter-broker listener authenticate.
+    pub fn inter_broker_client(&self) -> &crate::security::InterBrokerClient {
+        &self.inter_broker
+    }
+
     /// Starts the metadata node (binding the controller listener on a voter) and the controller listener.
     /// The replica manager is not needed yet: [`ClusterRuntime::attach`] starts the parts that use it.
     pub async fn start(
@@ -91,6 +98,7 @@ impl ClusterRuntime {
         env: &crate::BrokerEnv,
     ) -> anyhow::Result<ClusterRuntime> {
         let cluster = &config.cluster;
+        let inter_broker = crate::security::InterBrokerClient::build(config)?;
         let (stop, stop_rx) = watch::channel(false);
         let mut voters: BTreeMap<i32, String> = cluster
             .quorum
@@ -233,6 +241,7 @@ impl ClusterRuntime {
             producer_ids: tokio::sync::Mutex::new((0, 0)),
             fetchers: parking_lot::Mutex::new(None),
             applied: watch::channel(0).0,
+            inter_broker,
         })
     }
 
@@ -265,7 +274,8 @@ impl ClusterRuntime {
                 tokio::runtime::Handle::current(),
                 self.stop.subscribe(),
             )
-            .with_network(env.connector()),
+            .with_network(env.connector())
+            .with_security(self.inter_broker.clone()),
         );
         *self.fetchers.lock() = Some(fetchers.clone());
         tokio::spawn(isr::run(

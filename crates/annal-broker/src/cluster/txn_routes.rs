@@ -47,4 +47,8 @@ impl LeaderRoutes for ClusterTxnRoutes {
         });
         Ok(endpoint.map(|addr| (state.leader, addr)))
     }
+
+    fn inter_broker_client(&self) -> crate::security::InterBrokerClient {
+        self.cluster.inter_broker_client().clone()
+    }
 }

@@ -367,9 +367,6 @@ pub(super) fn resolve(
         ));
     }
 
-    if let Some(l) = broker.iter().find(|l| l.name == inter_broker_name) {
-        require_plaintext(&l.name, l.protocol, "the inter-broker listener")?;
-    }
     let listeners = Listeners {
         broker,
         controller,
@@ -554,9 +551,8 @@ fn protocol_of(
     }
 }
 
-/// The controller and inter-broker listeners speak PLAINTEXT only: the broker's own client (replica fetchers,
-/// transaction markers, the controller channel) and the quorum transport have no TLS or SASL yet
-/// (docs/decisions/0017-security.md).
+/// The controller listener speaks PLAINTEXT only: the quorum transport and the brokers' controller channel have
+/// no TLS or SASL yet (docs/decisions/0017-security.md). The inter-broker listener may be secured.
 fn require_plaintext(
     name: &str,
     protocol: SecurityProtocol,
@@ -568,9 +564,9 @@ fn require_plaintext(
     Err(SettingError::new(
         "listener.security.protocol.map",
         format!(
-            "listener {name} is {role} and uses {}; Annal's own connections between nodes speak PLAINTEXT only \
-             for now: map {name}:PLAINTEXT (add a PLAINTEXT listener for inter.broker.listener.name and secure \
-             the client listeners)",
+            "listener {name} is {role} and uses {}; the quorum's connections speak PLAINTEXT only for now: \
+             map {name}:PLAINTEXT and keep the controller listener on a private interface (the client and \
+             inter-broker listeners can be secured)",
             protocol.name()
         ),
     ))

@@ -452,18 +452,54 @@ fn error_listener_not_in_protocol_map() {
 }
 
 #[test]
-fn error_secured_controller_or_inter_broker_listener() {
-    // Client listeners may be secured (tests/integration/security.rs); the node's own connections are PLAINTEXT only.
+fn error_secured_controller_listener() {
+    // Client and inter-broker listeners may be secured; the quorum's connections are PLAINTEXT only.
     let e = error(
         &combined(1).replace("CONTROLLER:PLAINTEXT", "CONTROLLER:SASL_SSL"),
         "listener.security.protocol.map",
         "is the controller listener and uses SASL_SSL",
     );
     assert!(e.contains("CONTROLLER"), "names the listener: {e}");
+}
+
+#[test]
+fn secured_inter_broker_listener() {
+    // SSL: the listener's keystore and truststore are the broker's client side too (files load at start).
+    let c = load(&(combined(1).replace("PLAINTEXT:PLAINTEXT", "PLAINTEXT:SSL")
+        + "ssl.keystore.type=PEM\nssl.keystore.location=/x/server.pem\nssl.truststore.type=PEM\n\
+           ssl.truststore.location=/x/ca.pem\n"));
+    assert_eq!(c.cluster.listeners.inter_broker_name, "PLAINTEXT");
+    assert!(c.security.inter_broker_sasl.is_none());
+    // SASL: the broker logs in with sasl.mechanism.inter.broker.protocol and its JAAS entry's username/password.
+    let sasl = combined(1).replace("PLAINTEXT:PLAINTEXT", "PLAINTEXT:SASL_PLAINTEXT")
+        + "listener.name.plaintext.sasl.enabled.mechanisms=PLAIN\n\
+           listener.name.plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule \
+           required username=\"broker\" password=\"b-secret\" user_broker=\"b-secret\";\n";
+    error(&sasl, "sasl.mechanism.inter.broker.protocol", "GSSAPI");
+    let c = load(&(sasl.clone() + "sasl.mechanism.inter.broker.protocol=PLAIN\n"));
+    let login = c.security.inter_broker_sasl.expect("a SASL login");
+    assert_eq!(
+        (
+            login.mechanism,
+            login.username.as_str(),
+            login.password.as_str()
+        ),
+        (SaslMechanism::Plain, "broker", "b-secret")
+    );
+    assert!(
+        !format!("{login:?}").contains("b-secret"),
+        "Debug hides the password"
+    );
     error(
-        "listeners=SSL://127.0.0.1:9092\n",
-        "listener.security.protocol.map",
-        "listener SSL is the inter-broker listener and uses SSL",
+        &(sasl.clone() + "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512\n"),
+        "sasl.mechanism.inter.broker.protocol",
+        "not enabled on the inter-broker listener PLAINTEXT",
+    );
+    error(
+        &(sasl.replace("username=\"broker\" password=\"b-secret\" ", "")
+            + "sasl.mechanism.inter.broker.protocol=PLAIN\n"),
+        "listener.name.plaintext.plain.sasl.jaas.config",
+        "username",
     );
 }
 

@@ -576,7 +576,12 @@ impl BrokerConfig {
             .ok_or_else(|| anyhow!("listeners: this node has no listener to serve"))?;
         let listen = served.bind.to_string();
         let advertised = served.advertised.clone().map(|e| (e.host, e.port));
-        let security = security::resolve(&explicit, &cluster.listeners.broker)?;
+        let mut security = security::resolve(&explicit, &cluster.listeners.broker)?;
+        security.inter_broker_sasl = security::inter_broker_sasl(
+            &explicit,
+            &security,
+            &cluster.listeners.inter_broker_name,
+        )?;
         // Kafka's precedence: log.retention.ms, then .minutes, then .hours.
         let retention_ms = if explicit.contains_key("log.retention.ms") {
             num("log.retention.ms")
@@ -929,7 +934,8 @@ mod tests {
         assert_eq!(c.data_dir, PathBuf::from("/tmp/kraft"));
         let e =
             BrokerConfig::load(None, &["listeners=SSL://:9093".into()], None, None).unwrap_err();
-        assert!(format!("{e:#}").contains("PLAINTEXT only"), "{e:#}");
+        // An SSL listener (the inter-broker one here) needs Kafka's PEM keystore settings.
+        assert!(format!("{e:#}").contains("Annal reads PEM only"), "{e:#}");
     }
 
     #[test]

@@ -76,6 +76,100 @@ pub struct SecurityConfig {
     /// `authorizer.class.name` set to Kafka's StandardAuthorizer, with `super.users` and
     /// `allow.everyone.if.no.acl.found`; `None` (Kafka's default, no authorizer) allows everything.
     pub authorizer: Option<crate::security::authorizer::AuthorizerConfig>,
+    /// How this broker logs in on the other brokers' inter-broker listener when that listener speaks SASL
+    /// ([`inter_broker_sasl`]); `None` on a PLAINTEXT or SSL inter-broker listener.
+    pub inter_broker_sasl: Option<InterBrokerSasl>,
+}
+
+/// The credentials of this broker's own SASL logins on the inter-broker listener. `Debug` leaves the password
+/// out.
+#[derive(Clone, PartialEq, Eq)]
+pub struct InterBrokerSasl {
+    pub mechanism: SaslMechanism,
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for InterBrokerSasl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InterBrokerSasl")
+            .field("mechanism", &self.mechanism)
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The login of this broker on the inter-broker listener `inter_broker` when it speaks SASL, as Kafka takes it:
+/// the mechanism is `sasl.mechanism.inter.broker.protocol` (Kafka's default GSSAPI is not supported), which the
+/// listener must enable, and the username and password are the `username` and `password` options of that
+/// listener's JAAS config for the mechanism (`listener.name.<l>.<mechanism>.sasl.jaas.config`, the entry that also
+/// lists PLAIN's users). With SCRAM the user must exist in the metadata log before the brokers replicate.
+pub fn inter_broker_sasl(
+    explicit: &BTreeMap<String, String>,
+    security: &SecurityConfig,
+    inter_broker: &str,
+) -> Result<Option<InterBrokerSasl>, SettingError> {
+    let Some(sasl) = security
+        .listeners
+        .get(inter_broker)
+        .and_then(|l| l.sasl.as_ref())
+    else {
+        return Ok(None);
+    };
+    const SETTING: &str = "sasl.mechanism.inter.broker.protocol";
+    let name = effective(explicit, SETTING).unwrap_or_else(|| "GSSAPI".into());
+    let Some(mechanism) = SaslMechanism::parse(name.trim()) else {
+        return Err(SettingError::new(
+            SETTING,
+            format!(
+                "the inter-broker listener {inter_broker} speaks SASL, and Annal's brokers log in with PLAIN, \
+                 SCRAM-SHA-256 or SCRAM-SHA-512, not {name} (Kafka's default is GSSAPI): set {SETTING}"
+            ),
+        ));
+    };
+    if !sasl.mechanisms.contains(&mechanism) {
+        return Err(SettingError::new(
+            SETTING,
+            format!(
+                "{} is not enabled on the inter-broker listener {inter_broker} (it enables {}); add it to \
+                 listener.name.{}.sasl.enabled.mechanisms",
+                mechanism.name(),
+                sasl.mechanisms.iter().map(|m| m.name()).collect::<Vec<_>>().join(", "),
+                inter_broker.to_ascii_lowercase()
+            ),
+        ));
+    }
+    let setting = format!(
+        "listener.name.{}.{}.sasl.jaas.config",
+        inter_broker.to_ascii_lowercase(),
+        mechanism.name().to_ascii_lowercase()
+    );
+    let missing = || {
+        SettingError::new(
+            leak(setting.clone()),
+            format!(
+                "the brokers log in on the inter-broker listener {inter_broker} with {}: give this JAAS config the \
+                 broker's own username=\"...\" password=\"...\"",
+                mechanism.name()
+            ),
+        )
+    };
+    let text = explicit.get(&setting).ok_or_else(missing)?;
+    let jaas = parse_jaas(text).map_err(|e| SettingError::new(leak(setting.clone()), e))?;
+    let option = |k: &str| {
+        jaas.options
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.clone())
+    };
+    match (option("username"), option("password")) {
+        (Some(username), Some(password)) => Ok(Some(InterBrokerSasl {
+            mechanism,
+            username,
+            password,
+        })),
+        _ => Err(missing()),
+    }
 }
 
 /// Settings that hold secrets: never echoed by DescribeConfigs.
@@ -218,6 +312,7 @@ pub fn resolve(
     let authorizer = authorizer_settings(explicit)?;
     Ok(SecurityConfig {
         authorizer,
+        inter_broker_sasl: None,
         listeners,
         failed_authentication_delay_ms: num("connection.failed.authentication.delay.ms").max(0)
             as u64,

@@ -127,6 +127,7 @@ pub async fn remote_offsets(broker: &Broker) -> RemoteOffsets {
         broker.config().node_id,
         broker.config().cluster.listeners.inter_broker_name.clone(),
     );
+    let security = broker.cluster().inter_broker_client().clone();
     let mut connections: HashMap<String, Connection> = HashMap::new();
     let mut failed: BTreeSet<String> = BTreeSet::new();
     let mut found = RemoteOffsets::new();
@@ -148,7 +149,7 @@ pub async fn remote_offsets(broker: &Broker) -> RemoteOffsets {
         }
         let offsets = match tokio::time::timeout_at(
             deadline,
-            fetch_group_offsets(&mut connections, &addr, &group),
+            fetch_group_offsets(&mut connections, &addr, &group, &security),
         )
         .await
         {
@@ -177,6 +178,7 @@ async fn fetch_group_offsets(
     connections: &mut HashMap<String, Connection>,
     addr: &str,
     group: &str,
+    security: &crate::security::InterBrokerClient,
 ) -> anyhow::Result<Vec<CommittedOffset>> {
     if connections.get(addr).is_none_or(Connection::is_closed) {
         let options = ConnectionOptions {
@@ -190,7 +192,7 @@ async fn fetch_group_offsets(
         };
         connections.insert(
             addr.to_string(),
-            Connection::connect_with(addr, options).await?,
+            Connection::connect_with(addr, security.apply(options)).await?,
         );
     }
     let Some(conn) = connections.get_mut(addr) else {

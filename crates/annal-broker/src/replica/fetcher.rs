@@ -25,6 +25,7 @@ use uuid::Uuid;
 use super::Partition;
 use crate::config::ReplicaFetchConfig;
 use crate::kafka_code as code;
+use crate::security::InterBrokerClient;
 
 /// Fetch versions a follower speaks: v12 brings LastFetchedEpoch/DivergingEpoch, v15 ReplicaState.
 const FETCH_VERSIONS: (i16, i16) = (12, 17);
@@ -74,6 +75,8 @@ pub struct ReplicaFetchers {
     fetchers: Mutex<BTreeMap<(i32, usize), FetcherHandle>>,
     /// How connections to leaders are opened (the OS's TCP unless the broker runs in the simulator).
     network: Arc<dyn Network>,
+    /// TLS and SASL for the leaders' inter-broker listener.
+    security: InterBrokerClient,
 }
 
 impl ReplicaFetchers {
@@ -93,7 +96,14 @@ impl ReplicaFetchers {
             stop,
             fetchers: Mutex::new(BTreeMap::new()),
             network: Arc::new(TokioNetwork),
+            security: InterBrokerClient::default(),
         }
+    }
+
+    /// Speaks TLS and/or SASL to the leaders (a secured inter-broker listener).
+    pub fn with_security(mut self, security: InterBrokerClient) -> Self {
+        self.security = security;
+        self
     }
 
     /// Opens connections to leaders through `network` instead of the OS's TCP.
@@ -215,6 +225,7 @@ impl ReplicaFetchers {
             stop: self.stop.clone(),
             backoff_until: HashMap::new(),
             network: self.network.clone(),
+            security: self.security.clone(),
         };
         tracing::info!(leader, %addr, "starting a replica fetcher");
         FetcherHandle {
@@ -244,6 +255,7 @@ struct FetcherTask {
     /// Partitions sitting out after an error, until then.
     backoff_until: HashMap<PartitionKey, tokio::time::Instant>,
     network: Arc<dyn Network>,
+    security: InterBrokerClient,
 }
 
 impl FetcherTask {
@@ -385,8 +397,9 @@ impl FetcherTask {
             version_caps: None,
             network: self.network.clone(),
             sasl: None,
+            tls: None,
         };
-        Connection::connect_with(&self.addr, options).await
+        Connection::connect_with(&self.addr, self.security.apply(options)).await
     }
 
     /// The Fetch for `wanted` at `version`: the follower names itself by ReplicaId before v15 and by

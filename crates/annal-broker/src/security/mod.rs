@@ -39,6 +39,59 @@ pub fn scram_credential(
     })
 }
 
+/// How this broker's own connections to the other brokers' inter-broker listener (`inter.broker.listener.name`)
+/// authenticate: TLS on an SSL or SASL_SSL listener ([`tls::client_config`]), a SASL login on a SASL one
+/// (`sasl.mechanism.inter.broker.protocol`). Every connection to an inter-broker endpoint is opened with
+/// [`InterBrokerClient::apply`]: the replica fetchers, the transaction markers and verifications, the retention
+/// guard's offset lookups. The controller channel goes to the CONTROLLER listener, which stays PLAINTEXT.
+#[derive(Clone, Debug, Default)]
+pub struct InterBrokerClient {
+    pub tls: Option<annal_client::ClientTls>,
+    pub sasl: Option<annal_client::SaslCredentials>,
+}
+
+impl InterBrokerClient {
+    /// Loads the inter-broker listener's certificates; the error names the setting to fix. PLAINTEXT (and a
+    /// controller-only node) needs nothing.
+    pub fn build(config: &crate::config::BrokerConfig) -> anyhow::Result<InterBrokerClient> {
+        let name = &config.cluster.listeners.inter_broker_name;
+        let tls = match config
+            .security
+            .listeners
+            .get(name)
+            .and_then(|l| l.ssl.as_ref())
+        {
+            Some(ssl) => Some(annal_client::ClientTls {
+                config: Arc::new(tls::client_config(name, ssl)?),
+            }),
+            None => None,
+        };
+        let sasl =
+            config
+                .security
+                .inter_broker_sasl
+                .as_ref()
+                .map(|s| annal_client::SaslCredentials {
+                    mechanism: s.mechanism,
+                    username: s.username.clone(),
+                    password: s.password.clone(),
+                });
+        Ok(InterBrokerClient { tls, sasl })
+    }
+
+    /// `options` with this broker's TLS and SASL for the inter-broker listener.
+    pub fn apply(
+        &self,
+        options: annal_client::ConnectionOptions,
+    ) -> annal_client::ConnectionOptions {
+        annal_client::ConnectionOptions {
+            tls: self.tls.clone(),
+            sasl: self.sasl.clone(),
+            ..options
+        }
+    }
+}
+
 /// What a connection needs to know about the listener it came in on.
 pub struct ListenerContext {
     /// Upper case, as in `listeners`.

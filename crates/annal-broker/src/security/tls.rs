@@ -172,6 +172,56 @@ fn build_config(settings: &SslSettings) -> anyhow::Result<ServerConfig> {
     })
 }
 
+/// The client side of a TLS listener, for this broker's own connections to the other brokers' inter-broker
+/// listener (replica fetchers, transaction markers): the listener's truststore decides which broker certificates
+/// are trusted (it must be set), and the listener's keystore is this broker's client certificate, as Kafka's
+/// inter-broker client uses the listener's `ssl.*` settings. The broker's name is checked against the address it
+/// is reached at (the advertised host, an IP address or DNS name).
+pub fn client_config(
+    listener: &str,
+    settings: &SslSettings,
+) -> anyhow::Result<rustls::ClientConfig> {
+    let setup = || -> anyhow::Result<rustls::ClientConfig> {
+        let Some(trust) = &settings.truststore else {
+            anyhow::bail!(
+                "it is the inter-broker listener, so this broker connects to it too, and it has no truststore \
+                 to check the other brokers' certificates with: set ssl.truststore.location (PEM CA \
+                 certificates) or ssl.truststore.certificates (per listener: listener.name.{}.ssl.truststore.*)",
+                listener.to_ascii_lowercase()
+            );
+        };
+        let mut roots = RootCertStore::empty();
+        for cert in certificates(trust)? {
+            roots.add(cert).map_err(|e| {
+                anyhow!("{}: a CA certificate is not usable: {e}", setting_of(trust))
+            })?;
+        }
+        let versions: Vec<&'static rustls::SupportedProtocolVersion> = [
+            settings.tls12.then_some(&rustls::version::TLS12),
+            settings.tls13.then_some(&rustls::version::TLS13),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let chain = certificates(&settings.chain)?;
+        let key = private_key(&settings.key)?;
+        rustls::ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&versions)
+            .context("ssl.enabled.protocols")?
+            .with_root_certificates(roots)
+            .with_client_auth_cert(chain, key)
+            .map_err(|e| {
+                anyhow!(
+                    "{}: the private key does not match the certificate, or is of a kind rustls does not use: {e}",
+                    setting_of(&settings.key)
+                )
+            })
+    };
+    setup().with_context(|| {
+        format!("listener {listener}: cannot set up TLS for inter-broker connections")
+    })
+}
+
 fn setting_of(s: &PemSource) -> &str {
     match s {
         PemSource::File { setting, .. } | PemSource::Inline { setting, .. } => setting,

@@ -37,6 +37,11 @@ pub trait LeaderRoutes: Send + Sync {
     /// leader; `Err(())` if the partition does not exist (deleted: its marker is no longer needed).
     #[allow(clippy::result_unit_err)]
     fn leader(&self, topic: &str, partition: i32) -> Result<Option<(i32, String)>, ()>;
+
+    /// TLS and SASL for connections to those endpoints (a secured inter-broker listener); PLAINTEXT unless said.
+    fn inter_broker_client(&self) -> crate::security::InterBrokerClient {
+        crate::security::InterBrokerClient::default()
+    }
 }
 
 /// One transaction's outcome, to write into each of its partitions.
@@ -68,12 +73,14 @@ enum Round {
 
 impl MarkerChannel {
     pub fn new(routes: Arc<dyn LeaderRoutes>) -> MarkerChannel {
+        let security = routes.inter_broker_client();
         MarkerChannel {
             routes,
             peers: Peers::new(
                 "annal-txn-marker-sender",
                 Duration::from_secs(30),
                 RESPONSE_MAX_BYTES,
+                security,
             ),
             in_flight: Semaphore::new(COMPLETIONS_IN_FLIGHT_MAX),
         }

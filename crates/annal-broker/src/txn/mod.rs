@@ -232,6 +232,7 @@ impl TxnCoordinator {
             config.num_partitions >= 1,
             "transaction.state.log.num.partitions must be at least 1"
         );
+        let verify_security = routes.inter_broker_client();
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 owned: HashMap::new(),
@@ -241,7 +242,7 @@ impl TxnCoordinator {
             }),
             markers: markers::MarkerChannel::new(routes.clone()),
             routes,
-            verify_peers: verification::peers(),
+            verify_peers: verification::peers(verify_security),
             config,
             replicas,
             creator,

@@ -15,6 +15,8 @@ pub(crate) struct Peers {
     client_id: &'static str,
     request_timeout: Duration,
     max_response_bytes: usize,
+    /// TLS and SASL of the inter-broker listener.
+    security: crate::security::InterBrokerClient,
     connections: Mutex<HashMap<String, Arc<Mutex<Option<Connection>>>>>,
 }
 
@@ -23,11 +25,13 @@ impl Peers {
         client_id: &'static str,
         request_timeout: Duration,
         max_response_bytes: usize,
+        security: crate::security::InterBrokerClient,
     ) -> Peers {
         Peers {
             client_id,
             request_timeout,
             max_response_bytes,
+            security,
             connections: Mutex::new(HashMap::new()),
         }
     }
@@ -53,7 +57,7 @@ impl Peers {
                 version_caps: None,
                 ..ConnectionOptions::default()
             };
-            *conn = Some(Connection::connect_with(addr, options).await?);
+            *conn = Some(Connection::connect_with(addr, self.security.apply(options)).await?);
         }
         let Some(connection) = conn.as_mut() else {
             anyhow::bail!("no connection to {addr}");

@@ -35,11 +35,12 @@ pub(crate) const VERIFY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest verification response accepted (a few bytes per partition).
 pub(crate) const VERIFY_RESPONSE_MAX_BYTES: usize = 4 * 1024 * 1024;
 
-pub(crate) fn peers() -> Peers {
+pub(crate) fn peers(security: crate::security::InterBrokerClient) -> Peers {
     Peers::new(
         "annal-txn-verifier",
         VERIFY_TIMEOUT,
         VERIFY_RESPONSE_MAX_BYTES,
+        security,
     )
 }
 
