@@ -24,6 +24,7 @@ mod log_io;
 mod log_manager;
 pub mod ops;
 mod producer_ids;
+mod quota;
 mod replica;
 pub mod security;
 mod server;
@@ -67,6 +68,8 @@ pub struct Broker {
     readiness: ops::http::Readiness,
     /// `authorizer.class.name`: checks every request against the image's ACLs (`apis::authz`); `None` allows all.
     authorizer: Option<security::authorizer::Authorizer>,
+    /// Produce and fetch byte-rate quotas (`quota`), enforced from the image's ClientQuotaRecords.
+    quotas: quota::ClientQuotas,
 }
 
 impl Broker {
@@ -90,6 +93,10 @@ impl Broker {
     /// The cluster side of this broker: its metadata image, lease and channel to the controller.
     pub fn cluster(&self) -> &Arc<cluster::ClusterRuntime> {
         &self.cluster
+    }
+
+    pub(crate) fn quotas(&self) -> &quota::ClientQuotas {
+        &self.quotas
     }
 
     pub fn groups(&self) -> &Arc<group::GroupCoordinator> {
@@ -305,8 +312,10 @@ pub async fn start_in(
         .authorizer
         .clone()
         .map(security::authorizer::Authorizer::new);
+    let quotas = quota::ClientQuotas::new(config.quota);
     let broker = Arc::new(Broker {
         authorizer,
+        quotas,
         config,
         cluster_id,
         replica_manager,

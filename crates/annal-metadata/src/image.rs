@@ -11,10 +11,10 @@ use uuid::Uuid;
 
 use crate::quota::{QuotaEntity, QuotaValue};
 use crate::records::{
-    AccessControlEntryRecord, BrokerEndpoint, BrokerFeature, ClientQuotaRecord, ConfigRecord, ConfigResourceType,
-    FeatureLevelRecord, MetadataRecord, PartitionChangeRecord, PartitionRecord, ProducerIdsRecord,
-    RecordError, RegisterBrokerRecord, TopicRecord, UserScramCredentialRecord, LEADER_UNCHANGED,
-    NO_LEADER,
+    AccessControlEntryRecord, BrokerEndpoint, BrokerFeature, ClientQuotaRecord, ConfigRecord,
+    ConfigResourceType, FeatureLevelRecord, MetadataRecord, PartitionChangeRecord, PartitionRecord,
+    ProducerIdsRecord, RecordError, RegisterBrokerRecord, TopicRecord, UserScramCredentialRecord,
+    LEADER_UNCHANGED, NO_LEADER,
 };
 
 /// A record that does not fit the image it is applied to. In a committed log this is a controller bug: the
@@ -596,7 +596,10 @@ impl MetadataImage {
             }
         }
         if !crate::quota::record_valid(&entity, &r.key) {
-            return Err(format!("quota key {} is not valid for entity {entity:?}", r.key));
+            return Err(format!(
+                "quota key {} is not valid for entity {entity:?}",
+                r.key
+            ));
         }
         if r.remove {
             if let Some(keys) = self.client_quotas.get_mut(&entity) {

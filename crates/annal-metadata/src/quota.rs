@@ -273,9 +273,11 @@ mod tests {
             entity_error(&[]).as_deref(),
             Some("Invalid empty client quota entity")
         );
-        assert!(entity_error(&p(&[("user", Some("a")), ("user", Some("b"))]))
-            .unwrap()
-            .contains("duplicate entity entry user"));
+        assert!(
+            entity_error(&p(&[("user", Some("a")), ("user", Some("b"))]))
+                .unwrap()
+                .contains("duplicate entity entry user")
+        );
         assert!(entity_error(&p(&[("group", Some("g"))]))
             .unwrap()
             .contains("Unhandled client quota entity type: group"));
@@ -342,14 +344,20 @@ mod tests {
         ));
         assert!(matches!(
             QuotaFilter::parse(
-                &[c("user", MATCH_SPECIFIED, None), c("user", MATCH_DEFAULT, None)],
+                &[
+                    c("user", MATCH_SPECIFIED, None),
+                    c("user", MATCH_DEFAULT, None)
+                ],
                 false
             ),
             Err(FilterError::Invalid(_))
         ));
         assert!(matches!(
             QuotaFilter::parse(
-                &[c("ip", MATCH_SPECIFIED, None), c("user", MATCH_DEFAULT, None)],
+                &[
+                    c("ip", MATCH_SPECIFIED, None),
+                    c("user", MATCH_DEFAULT, None)
+                ],
                 false
             ),
             Err(FilterError::Invalid(_))

@@ -19,11 +19,11 @@ pub mod errors;
 mod import;
 mod partition_change;
 mod placement;
+pub mod quotas;
 mod reassignments;
 mod rebalance;
 #[cfg(test)]
 mod restart_tests;
-pub mod quotas;
 pub mod scram;
 mod topics;
 mod writer;

@@ -1152,7 +1152,10 @@ async fn alter_client_quotas_follows_kafkas_client_quota_control_manager() {
     let alice = entity(&[("user", Some("alice")), ("client-id", None)]);
     let good = EntryData::default()
         .with_entity(alice.clone())
-        .with_ops(vec![set("producer_byte_rate", 1024.0), set("request_percentage", 12.5)]);
+        .with_ops(vec![
+            set("producer_byte_rate", 1024.0),
+            set("request_percentage", 12.5),
+        ]);
     let bad_key = EntryData::default()
         .with_entity(entity(&[("ip", Some("10.0.0.1"))]))
         .with_ops(vec![set("producer_byte_rate", 1.0)]);
@@ -1175,44 +1178,80 @@ async fn alter_client_quotas_follows_kafkas_client_quota_control_manager() {
 
     let resp = h
         .controller
-        .alter_client_quotas(alter(vec![good.clone(), bad_key, bad_type, fractional], false))
+        .alter_client_quotas(alter(
+            vec![good.clone(), bad_key, bad_type, fractional],
+            false,
+        ))
         .await;
     let codes: Vec<i16> = resp.entries.iter().map(|e| e.error_code).collect();
-    assert_eq!(codes, vec![NONE, INVALID_REQUEST, INVALID_REQUEST, INVALID_REQUEST]);
+    assert_eq!(
+        codes,
+        vec![NONE, INVALID_REQUEST, INVALID_REQUEST, INVALID_REQUEST]
+    );
     let messages: Vec<String> = resp
         .entries
         .iter()
-        .map(|e| e.error_message.as_ref().map(|m| m.to_string()).unwrap_or_default())
+        .map(|e| {
+            e.error_message
+                .as_ref()
+                .map(|m| m.to_string())
+                .unwrap_or_default()
+        })
         .collect();
     assert_eq!(messages[1], "Invalid configuration key producer_byte_rate");
     assert_eq!(messages[2], "Unhandled client quota entity type: group");
-    assert_eq!(messages[3], "consumer_byte_rate cannot be a fractional value.");
+    assert_eq!(
+        messages[3],
+        "consumer_byte_rate cannot be a fractional value."
+    );
     let key: crate::quota::QuotaEntity = [
         ("user".to_string(), Some("alice".to_string())),
         ("client-id".to_string(), None),
     ]
     .into_iter()
     .collect();
-    assert_eq!(h.image().client_quota(&key, "producer_byte_rate"), Some(1024.0));
-    assert_eq!(h.image().client_quota(&key, "request_percentage"), Some(12.5));
+    assert_eq!(
+        h.image().client_quota(&key, "producer_byte_rate"),
+        Some(1024.0)
+    );
+    assert_eq!(
+        h.image().client_quota(&key, "request_percentage"),
+        Some(12.5)
+    );
 
     // The same values again write nothing; a duplicate key fails the entity.
     let offset = h.offset();
-    let resp = h.controller.alter_client_quotas(alter(vec![good], false)).await;
+    let resp = h
+        .controller
+        .alter_client_quotas(alter(vec![good], false))
+        .await;
     assert_eq!(resp.entries[0].error_code, NONE);
     assert_eq!(h.offset(), offset, "unchanged values write no record");
     let dup = EntryData::default()
         .with_entity(alice.clone())
-        .with_ops(vec![set("producer_byte_rate", 1.0), remove("producer_byte_rate")]);
-    let resp = h.controller.alter_client_quotas(alter(vec![dup], false)).await;
+        .with_ops(vec![
+            set("producer_byte_rate", 1.0),
+            remove("producer_byte_rate"),
+        ]);
+    let resp = h
+        .controller
+        .alter_client_quotas(alter(vec![dup], false))
+        .await;
     assert_eq!(resp.entries[0].error_code, INVALID_REQUEST);
-    assert_eq!(h.image().client_quota(&key, "producer_byte_rate"), Some(1024.0));
+    assert_eq!(
+        h.image().client_quota(&key, "producer_byte_rate"),
+        Some(1024.0)
+    );
 
     // Removing both keys removes the entity.
-    let gone = EntryData::default()
-        .with_entity(alice)
-        .with_ops(vec![remove("producer_byte_rate"), remove("request_percentage")]);
-    let resp = h.controller.alter_client_quotas(alter(vec![gone], false)).await;
+    let gone = EntryData::default().with_entity(alice).with_ops(vec![
+        remove("producer_byte_rate"),
+        remove("request_percentage"),
+    ]);
+    let resp = h
+        .controller
+        .alter_client_quotas(alter(vec![gone], false))
+        .await;
     assert_eq!(resp.entries[0].error_code, NONE);
     assert!(h.image().client_quotas.is_empty());
 }

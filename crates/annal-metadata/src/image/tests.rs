@@ -242,7 +242,10 @@ fn client_quotas_set_remove_and_survive_snapshots() {
     let mut image = MetadataImage::new("c");
     image.apply(1, &set(alice.clone(), "producer_byte_rate", 1024.0));
     image.apply(2, &set(alice.clone(), "consumer_byte_rate", 2048.0));
-    image.apply(3, &set(vec![part("user", None)], "request_percentage", 50.0));
+    image.apply(
+        3,
+        &set(vec![part("user", None)], "request_percentage", 50.0),
+    );
     // The parts' order in the record does not matter: it is the same entity.
     let reversed: Vec<_> = alice.iter().rev().cloned().collect();
     image.apply(4, &set(reversed, "producer_byte_rate", 4096.0));
@@ -267,9 +270,14 @@ fn client_quotas_set_remove_and_survive_snapshots() {
     image.apply(5, &remove("producer_byte_rate"));
     assert_eq!(image.client_quota(&key, "producer_byte_rate"), None);
     image.apply(6, &remove("consumer_byte_rate"));
-    assert!(!image.client_quotas.contains_key(&key), "an empty entity is dropped");
+    assert!(
+        !image.client_quotas.contains_key(&key),
+        "an empty entity is dropped"
+    );
     // Records no controller writes do not fit: unknown keys, keys for the wrong entity, bad values.
-    assert!(image.try_apply(7, &set(alice.clone(), "bogus", 1.0)).is_err());
+    assert!(image
+        .try_apply(7, &set(alice.clone(), "bogus", 1.0))
+        .is_err());
     assert!(image
         .try_apply(7, &set(vec![part("ip", None)], "producer_byte_rate", 1.0))
         .is_err());
@@ -277,6 +285,13 @@ fn client_quotas_set_remove_and_survive_snapshots() {
         .try_apply(7, &set(alice.clone(), "producer_byte_rate", -1.0))
         .is_err());
     assert!(image
-        .try_apply(7, &set(vec![part("user", None), part("user", Some("a"))], "producer_byte_rate", 1.0))
+        .try_apply(
+            7,
+            &set(
+                vec![part("user", None), part("user", Some("a"))],
+                "producer_byte_rate",
+                1.0
+            )
+        )
         .is_err());
 }
