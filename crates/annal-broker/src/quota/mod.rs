@@ -210,13 +210,24 @@ impl QuotaManager {
     /// Kafka's `recordAndGetThrottleTimeMs`: records `value` against the client's quota (if it has one) and
     /// returns how long to throttle it, 0 if within the quota.
     pub fn record(&self, image: &MetadataImage, user: &str, client_id: &str, value: f64) -> u32 {
+        self.record_at(image, user, client_id, value, self.now_ms())
+    }
+
+    /// [`record`](Self::record) at `now` (ms since this manager was made).
+    fn record_at(
+        &self,
+        image: &MetadataImage,
+        user: &str,
+        client_id: &str,
+        value: f64,
+        now: i64,
+    ) -> u32 {
         if image.client_quotas.is_empty() {
             return 0;
         }
         let Some(found) = resolve(image, self.kind.key(), user, client_id) else {
             return 0;
         };
-        let now = self.now_ms();
         let mut sensors = self.sensors.lock();
         sensors.make_room(&found.sensor, now);
         let (samples, window) = (self.settings.window_num.max(1), self.window_ms());
@@ -245,10 +256,20 @@ impl QuotaManager {
     /// Kafka's `unrecordQuotaSensor`: takes back what [`record`](Self::record) counted for a response that was
     /// not sent after all (a throttled fetch is answered empty).
     pub fn unrecord(&self, image: &MetadataImage, user: &str, client_id: &str, value: f64) {
+        self.unrecord_at(image, user, client_id, value, self.now_ms());
+    }
+
+    fn unrecord_at(
+        &self,
+        image: &MetadataImage,
+        user: &str,
+        client_id: &str,
+        value: f64,
+        now: i64,
+    ) {
         let Some(found) = resolve(image, self.kind.key(), user, client_id) else {
             return;
         };
-        let now = self.now_ms();
         if let Some(sensor) = self.sensors.lock().by_key.get_mut(&found.sensor) {
             sensor.rate.record(-value, now);
         }
@@ -424,40 +445,39 @@ mod tests {
         assert_eq!(resolve(&image, CONSUMER_BYTE_RATE, "alice", "app"), None);
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn recording_over_the_bound_throttles_for_kafkas_time() {
+    #[test]
+    fn recording_over_the_bound_throttles_for_kafkas_time() {
         let mut image = MetadataImage::new("c");
         set(&mut image, 1, &[(USER, Some("alice"))], 1000.0);
         let m = QuotaManager::new(QuotaKind::Produce, QuotaSettings::default());
         // 5 000 bytes at once over the minimum 10 s window is 500 B/s: within 1000 B/s.
-        assert_eq!(m.record(&image, "alice", "a", 5000.0), 0);
+        assert_eq!(m.record_at(&image, "alice", "a", 5000.0, 0), 0);
         // Another 15 000 makes 2000 B/s, twice the bound: throttle for the window, 10 s.
-        assert_eq!(m.record(&image, "alice", "b", 15_000.0), 10_000);
+        assert_eq!(m.record_at(&image, "alice", "b", 15_000.0, 0), 10_000);
         // Bob has no quota; alice's other client ids share her rate (level 3 has no client-id tag).
-        assert_eq!(m.record(&image, "bob", "a", 1e9), 0);
-        assert!(m.record(&image, "alice", "c", 1.0) > 0);
+        assert_eq!(m.record_at(&image, "bob", "a", 1e9, 0), 0);
+        assert!(m.record_at(&image, "alice", "c", 1.0, 0) > 0);
         assert_eq!(m.max_value_in_window(&image, "alice", "a"), Some(10_000.0));
         assert_eq!(m.max_value_in_window(&image, "bob", "a"), None);
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn rates_are_bounded_in_number_and_expire_after_an_idle_hour() {
+    #[test]
+    fn rates_are_bounded_in_number_and_expire_after_an_idle_hour() {
         let mut image = MetadataImage::new("c");
         set(&mut image, 1, &[(CLIENT_ID, None)], 1e9);
         let m = QuotaManager::with_sensors_max(QuotaKind::Produce, QuotaSettings::default(), 32);
         // Every client id gets its own rate under the default client-id quota; at most 32 are kept.
         for i in 0..1000 {
-            m.record(&image, "u", &format!("client-{i}"), 1.0);
+            m.record_at(&image, "u", &format!("client-{i}"), 1.0, i);
             assert!(m.sensors_count() <= 32);
         }
         // An hour without a record: swept at the next record (of anyone).
-        tokio::time::advance(std::time::Duration::from_millis(SENSOR_EXPIRY_MS as u64)).await;
-        m.record(&image, "u", "fresh", 1.0);
+        m.record_at(&image, "u", "fresh", 1.0, SENSOR_EXPIRY_MS + 1000);
         assert_eq!(m.sensors_count(), 1);
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn request_throttles_are_bounded_by_one_window_and_unrecord_takes_back() {
+    #[test]
+    fn request_throttles_are_bounded_by_one_window_and_unrecord_takes_back() {
         let mut image = MetadataImage::new("c");
         let record = MetadataRecord::ClientQuota(ClientQuotaRecord {
             entity: vec![QuotaEntityPart {
@@ -472,9 +492,9 @@ mod tests {
         let m = QuotaManager::new(QuotaKind::Request, QuotaSettings::default());
         // 5 s of handler time over the 10 s span is 50 %, fifty times the bound: throttled one window (1 s).
         let busy = busy_percent(std::time::Duration::from_secs(5));
-        assert_eq!(m.record(&image, "u", "busy", busy), 1000);
-        m.unrecord(&image, "u", "busy", busy);
-        assert_eq!(m.record(&image, "u", "busy", 0.0), 0);
+        assert_eq!(m.record_at(&image, "u", "busy", busy, 0), 1000);
+        m.unrecord_at(&image, "u", "busy", busy, 0);
+        assert_eq!(m.record_at(&image, "u", "busy", 0.0, 0), 0);
     }
 
     #[test]
