@@ -24,6 +24,7 @@ mod log_io;
 mod log_manager;
 pub mod ops;
 mod producer_ids;
+mod quota;
 mod replica;
 pub mod security;
 mod server;
@@ -69,6 +70,8 @@ pub struct Broker {
     authorizer: Option<security::authorizer::Authorizer>,
     /// The web console's sessions and the client listener it connects to (`console::api`).
     console: console::api::ConsoleState,
+    /// Produce and fetch byte-rate quotas (`quota`), enforced from the image's ClientQuotaRecords.
+    quotas: quota::ClientQuotas,
 }
 
 impl Broker {
@@ -92,6 +95,10 @@ impl Broker {
     /// The cluster side of this broker: its metadata image, lease and channel to the controller.
     pub fn cluster(&self) -> &Arc<cluster::ClusterRuntime> {
         &self.cluster
+    }
+
+    pub(crate) fn quotas(&self) -> &quota::ClientQuotas {
+        &self.quotas
     }
 
     pub fn groups(&self) -> &Arc<group::GroupCoordinator> {
@@ -312,8 +319,10 @@ pub async fn start_in(
         .authorizer
         .clone()
         .map(security::authorizer::Authorizer::new);
+    let quotas = quota::ClientQuotas::new(config.quota);
     let broker = Arc::new(Broker {
         authorizer,
+        quotas,
         config,
         cluster_id,
         replica_manager,

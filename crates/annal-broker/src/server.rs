@@ -288,6 +288,8 @@ async fn connection(
         .sasl_max_receive_size
         .min(max_authenticated);
     let auth_deadline = tokio::time::Instant::now() + AUTHENTICATION_TIMEOUT;
+    // What a quota asked of this connection after its last request (crate::quota): Kafka mutes the channel.
+    let throttle = Arc::new(crate::quota::ConnectionThrottle::default());
     loop {
         let authenticated = matches!(state, AuthState::Authenticated);
         let (max, wait) = if authenticated {
@@ -342,7 +344,11 @@ async fn connection(
             let who: Arc<str> = Arc::from(principal.as_str());
             SaslReply {
                 response: PRINCIPAL
-                    .scope(who, handle_frame(&broker, Bytes::from(frame)))
+                    .scope(
+                        who,
+                        crate::quota::CONNECTION_THROTTLE
+                            .scope(throttle.clone(), handle_frame(&broker, Bytes::from(frame))),
+                    )
                     .await?,
                 then_close: None,
             }
@@ -357,6 +363,7 @@ async fn connection(
             .await?
         };
         drop(permit);
+        let mute = Duration::from_millis(u64::from(throttle.take()));
         if let Some(response) = reply.response {
             metrics.network_sent_bytes.inc_by(response.len() as u64);
             match tokio::time::timeout(idle, write_response(&mut stream, response)).await {
@@ -369,6 +376,11 @@ async fn connection(
                 Ok(Ok(())) => {}
             }
         }
+        // Muted: the next request stays unread in the socket until the throttle has passed (KIP-219: the
+        // client was told throttle_time_ms and waits too; one that does not gains nothing).
+        if !mute_for(mute, &mut stop).await {
+            return Ok(());
+        }
         if let Some(why) = reply.then_close {
             // connection.failed.authentication.delay.ms: a guesser waits before it learns to reconnect.
             tokio::time::sleep(Duration::from_millis(
@@ -377,6 +389,18 @@ async fn connection(
             .await;
             return Err(Close(why));
         }
+    }
+}
+
+/// Waits out a quota throttle; false if the broker is stopping meanwhile (the connection then closes).
+async fn mute_for(mute: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    if mute.is_zero() {
+        return true;
+    }
+    tokio::select! {
+        biased;
+        _ = crate::stopped(stop) => false,
+        _ = tokio::time::sleep(mute) => true,
     }
 }
 

@@ -9,11 +9,12 @@ use std::collections::BTreeMap;
 
 use uuid::Uuid;
 
+use crate::quota::{QuotaEntity, QuotaValue};
 use crate::records::{
-    AccessControlEntryRecord, BrokerEndpoint, BrokerFeature, ConfigRecord, ConfigResourceType,
-    FeatureLevelRecord, MetadataRecord, PartitionChangeRecord, PartitionRecord, ProducerIdsRecord,
-    RecordError, RegisterBrokerRecord, TopicRecord, UserScramCredentialRecord, LEADER_UNCHANGED,
-    NO_LEADER,
+    AccessControlEntryRecord, BrokerEndpoint, BrokerFeature, ClientQuotaRecord, ConfigRecord,
+    ConfigResourceType, FeatureLevelRecord, MetadataRecord, PartitionChangeRecord, PartitionRecord,
+    ProducerIdsRecord, RecordError, RegisterBrokerRecord, TopicRecord, UserScramCredentialRecord,
+    LEADER_UNCHANGED, NO_LEADER,
 };
 
 /// A record that does not fit the image it is applied to. In a committed log this is a controller bug: the
@@ -170,6 +171,9 @@ pub struct MetadataImage {
     pub scram_credentials: BTreeMap<(String, i8), UserScramCredentialRecord>,
     /// ACLs by id (AccessControlEntryRecord): what the authorizer decides with.
     pub acls: BTreeMap<Uuid, AccessControlEntryRecord>,
+    /// Client quotas (ClientQuotaRecord) by entity, then key: what brokers throttle with. An entity with no key
+    /// left is removed.
+    pub client_quotas: BTreeMap<QuotaEntity, BTreeMap<String, QuotaValue>>,
 }
 
 impl MetadataImage {
@@ -359,6 +363,7 @@ impl MetadataImage {
                     return Err(format!("no ACL with id {} to remove", r.id));
                 }
             }
+            MetadataRecord::ClientQuota(r) => self.apply_client_quota(r)?,
             MetadataRecord::FeatureLevel(r) => {
                 if r.feature_level == 0 {
                     self.features.remove(&r.name);
@@ -578,6 +583,51 @@ impl MetadataImage {
         self.scram_credentials.get(&(user.to_string(), mechanism))
     }
 
+    /// Applies a ClientQuotaRecord as Kafka's `ClientQuotaControlManager.replay` does: set the key, or remove it
+    /// (removing a key the entity does not hold changes nothing) and drop an entity left empty.
+    fn apply_client_quota(&mut self, r: &ClientQuotaRecord) -> Result<(), String> {
+        let mut entity = QuotaEntity::new();
+        for part in &r.entity {
+            if entity
+                .insert(part.entity_type.clone(), part.entity_name.clone())
+                .is_some()
+            {
+                return Err(format!("entity type {} appears twice", part.entity_type));
+            }
+        }
+        if !crate::quota::record_valid(&entity, &r.key) {
+            return Err(format!(
+                "quota key {} is not valid for entity {entity:?}",
+                r.key
+            ));
+        }
+        if r.remove {
+            if let Some(keys) = self.client_quotas.get_mut(&entity) {
+                keys.remove(&r.key);
+                if keys.is_empty() {
+                    self.client_quotas.remove(&entity);
+                }
+            }
+        } else {
+            if !(r.value > 0.0) || r.value.is_infinite() {
+                return Err(format!("quota {} has value {}", r.key, r.value));
+            }
+            self.client_quotas
+                .entry(entity)
+                .or_default()
+                .insert(r.key.clone(), QuotaValue(r.value));
+        }
+        Ok(())
+    }
+
+    /// The quota `key` set on exactly `entity`, if any.
+    pub fn client_quota(&self, entity: &QuotaEntity, key: &str) -> Option<f64> {
+        self.client_quotas
+            .get(entity)
+            .and_then(|keys| keys.get(key))
+            .map(|v| v.0)
+    }
+
     /// A stored ACL equal to `acl` but for its id (Kafka keeps one copy of each binding).
     pub fn acl_like(&self, acl: &AccessControlEntryRecord) -> Option<&AccessControlEntryRecord> {
         self.acls.values().find(|a| {
@@ -665,6 +715,22 @@ impl MetadataImage {
         }
         for a in self.acls.values() {
             out.push(MetadataRecord::AccessControlEntry(a.clone()));
+        }
+        for (entity, keys) in &self.client_quotas {
+            for (key, value) in keys {
+                out.push(MetadataRecord::ClientQuota(ClientQuotaRecord {
+                    entity: entity
+                        .iter()
+                        .map(|(t, n)| crate::records::QuotaEntityPart {
+                            entity_type: t.clone(),
+                            entity_name: n.clone(),
+                        })
+                        .collect(),
+                    key: key.clone(),
+                    value: value.0,
+                    remove: false,
+                }));
+            }
         }
         if self.next_producer_id > 0 {
             out.push(MetadataRecord::ProducerIds(ProducerIdsRecord {

@@ -23,5 +23,6 @@ pub mod env;
 pub mod image;
 pub mod listener;
 pub mod node;
+pub mod quota;
 pub mod raft;
 pub mod records;

@@ -331,6 +331,34 @@ pub struct RemoveAccessControlEntryRecord {
     pub id: Uuid,
 }
 
+/// One part of a client quota entity (`ClientQuotaRecord.Entity`): Kafka's entity types are `user`,
+/// `client-id` and `ip`; a `None` name is the type's default entity (`<default>` in `kafka-configs`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct QuotaEntityPart {
+    pub entity_type: String,
+    pub entity_name: Option<String>,
+}
+
+/// api key 14, version 0: sets (or, with `remove`, removes) one quota key of one entity. The value is Kafka's
+/// float64, compared bit for bit so that records and images stay `Eq`.
+#[derive(Debug, Clone)]
+pub struct ClientQuotaRecord {
+    pub entity: Vec<QuotaEntityPart>,
+    pub key: String,
+    pub value: f64,
+    pub remove: bool,
+}
+
+impl PartialEq for ClientQuotaRecord {
+    fn eq(&self, other: &Self) -> bool {
+        self.entity == other.entity
+            && self.key == other.key
+            && self.value.to_bits() == other.value.to_bits()
+            && self.remove == other.remove
+    }
+}
+impl Eq for ClientQuotaRecord {}
+
 /// One metadata record of a kind Annal understands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MetadataRecord {
@@ -350,6 +378,7 @@ pub enum MetadataRecord {
     RemoveUserScramCredential(RemoveUserScramCredentialRecord),
     AccessControlEntry(AccessControlEntryRecord),
     RemoveAccessControlEntry(RemoveAccessControlEntryRecord),
+    ClientQuota(ClientQuotaRecord),
 }
 
 /// (name, api key, lowest and highest version read).
@@ -369,6 +398,7 @@ const BROKER_REGISTRATION_CHANGE: (&str, u32, u16, u16) =
 const USER_SCRAM_CREDENTIAL: (&str, u32, u16, u16) = ("UserScramCredentialRecord", 11, 0, 0);
 const REMOVE_USER_SCRAM_CREDENTIAL: (&str, u32, u16, u16) =
     ("RemoveUserScramCredentialRecord", 22, 0, 0);
+const CLIENT_QUOTA: (&str, u32, u16, u16) = ("ClientQuotaRecord", 14, 0, 0);
 const ACCESS_CONTROL_ENTRY: (&str, u32, u16, u16) = ("AccessControlEntryRecord", 18, 0, 0);
 const REMOVE_ACCESS_CONTROL_ENTRY: (&str, u32, u16, u16) =
     ("RemoveAccessControlEntryRecord", 19, 0, 0);
@@ -402,6 +432,7 @@ impl MetadataRecord {
             MetadataRecord::RemoveUserScramCredential(_) => REMOVE_USER_SCRAM_CREDENTIAL,
             MetadataRecord::AccessControlEntry(_) => ACCESS_CONTROL_ENTRY,
             MetadataRecord::RemoveAccessControlEntry(_) => REMOVE_ACCESS_CONTROL_ENTRY,
+            MetadataRecord::ClientQuota(_) => CLIENT_QUOTA,
         }
     }
 
@@ -527,6 +558,17 @@ impl MetadataRecord {
                 w.uuid(&r.id);
                 w.tagged_fields(&[]);
             }
+            MetadataRecord::ClientQuota(r) => {
+                w.array(&r.entity, |w, e| {
+                    w.string(&e.entity_type);
+                    w.nullable_string(e.entity_name.as_deref());
+                    w.tagged_fields(&[]);
+                });
+                w.string(&r.key);
+                w.f64(r.value);
+                w.bool(r.remove);
+                w.tagged_fields(&[]);
+            }
         }
         w.bytes
     }
@@ -557,6 +599,7 @@ impl MetadataRecord {
             22 => REMOVE_USER_SCRAM_CREDENTIAL,
             18 => ACCESS_CONTROL_ENTRY,
             19 => REMOVE_ACCESS_CONTROL_ENTRY,
+            14 => CLIENT_QUOTA,
             other => return Err(RecordError::UnknownRecordType(other)),
         };
         let (record_name, _, min, max) = kind;
@@ -690,6 +733,28 @@ impl MetadataRecord {
                 let id = r.uuid("Id")?;
                 r.tagged_fields(|_, _| Ok(false))?;
                 MetadataRecord::RemoveAccessControlEntry(RemoveAccessControlEntryRecord { id })
+            }
+            14 => {
+                // An entity part is at least a type length, a name length and a tag count.
+                let entity = r.array(3, "Entity", |r| {
+                    let entity_type = r.string("EntityType")?;
+                    let entity_name = r.nullable_string("EntityName")?;
+                    r.tagged_fields(|_, _| Ok(false))?;
+                    Ok(QuotaEntityPart {
+                        entity_type,
+                        entity_name,
+                    })
+                })?;
+                let key = r.string("Key")?;
+                let value = r.f64("Value")?;
+                let remove = r.bool("Remove")?;
+                r.tagged_fields(|_, _| Ok(false))?;
+                MetadataRecord::ClientQuota(ClientQuotaRecord {
+                    entity,
+                    key,
+                    value,
+                    remove,
+                })
             }
             _ => unreachable!("api key {api_key} was matched above"),
         };

@@ -46,6 +46,7 @@
 //! | DescribeLogDirs, DescribeQuorum, ListPartitionReassignments, DescribeAcls, DescribeUserScramCredentials | DESCRIBE cluster | CLUSTER_AUTHORIZATION_FAILED |
 //! | ElectLeaders, AlterPartitionReassignments, CreateAcls, DeleteAcls, AlterUserScramCredentials | ALTER cluster | CLUSTER_AUTHORIZATION_FAILED |
 //! | DescribeClientQuotas | DESCRIBE_CONFIGS cluster | CLUSTER_AUTHORIZATION_FAILED |
+//! | AlterClientQuotas | ALTER_CONFIGS cluster | CLUSTER_AUTHORIZATION_FAILED per entity |
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -577,10 +578,39 @@ cluster_gate!(
     DescribeClientQuotasRequest,
     DescribeClientQuotasResponse,
     op::DESCRIBE_CONFIGS,
-    super::sasl::describe_client_quotas,
+    super::quotas::describe_client_quotas,
     |r, _q| {
         r.error_code = code::CLUSTER_AUTHORIZATION_FAILED;
         r.error_message = msg("Cluster authorization failed.");
+    }
+);
+cluster_gate!(
+    alter_client_quotas,
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
+    op::ALTER_CONFIGS,
+    super::quotas::alter_client_quotas,
+    |r, q| {
+        use alter_client_quotas_response::{EntityData, EntryData};
+        r.entries = q
+            .entries
+            .iter()
+            .map(|e| {
+                EntryData::default()
+                    .with_error_code(code::CLUSTER_AUTHORIZATION_FAILED)
+                    .with_error_message(msg("Cluster authorization failed."))
+                    .with_entity(
+                        e.entity
+                            .iter()
+                            .map(|p| {
+                                EntityData::default()
+                                    .with_entity_type(p.entity_type.clone())
+                                    .with_entity_name(p.entity_name.clone())
+                            })
+                            .collect(),
+                    )
+            })
+            .collect();
     }
 );
 cluster_gate!(

@@ -402,6 +402,20 @@ impl Slices {
     }
 }
 
+/// The record bytes a fetch response carries (file ranges and records held in memory): what a consumer's
+/// byte-rate quota counts.
+pub fn record_bytes(resp: &FetchResponse, slices: &Slices) -> usize {
+    let inline: usize = resp
+        .responses
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .filter_map(|p| p.records.as_deref())
+        .filter(|r| slices.lookup(r).is_none())
+        .map(<[u8]>::len)
+        .sum();
+    inline + slices.slices.iter().map(FileSlice::len).sum::<usize>()
+}
+
 /// Encodes a fetch response. Records go zero-copy: the response is encoded with sentinels as records, the
 /// sentinels (and their length prefixes) are cut out, and the file ranges are sent in their place with
 /// `sendfile(2)` by the connection writer. If anything is unexpected (a sentinel not found exactly once, a

@@ -17,6 +17,7 @@ pub mod produce;
 mod produce_records;
 mod produce_verification;
 pub mod producers;
+pub mod quotas;
 pub mod sasl;
 pub mod txn;
 pub mod txn_markers;
@@ -78,7 +79,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
+    // Client quotas (decision 0017-quotas): described from the image, altered through the controller.
     (ApiKey::DescribeClientQuotas, 0, 1),
+    (ApiKey::AlterClientQuotas, 0, 1),
     // ACLs (Kafka 4's versions: v0 was removed by KIP-896); see apis::acls and apis::authz.
     (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::CreateAcls, 1, 3),
@@ -202,6 +205,7 @@ pub fn decode_body(key: ApiKey, header: &RequestHeader, mut buf: Bytes) -> Resul
         ApiKey::DescribeClientQuotas => {
             decode::<DescribeClientQuotasRequest>(key, &mut buf, v).map(drop)
         }
+        ApiKey::AlterClientQuotas => decode::<AlterClientQuotasRequest>(key, &mut buf, v).map(drop),
         ApiKey::DescribeAcls => decode::<DescribeAclsRequest>(key, &mut buf, v).map(drop),
         ApiKey::CreateAcls => decode::<CreateAclsRequest>(key, &mut buf, v).map(drop),
         ApiKey::DeleteAcls => decode::<DeleteAclsRequest>(key, &mut buf, v).map(drop),
@@ -227,11 +231,13 @@ macro_rules! count_errors {
     }};
 }
 
-/// Decodes the body, runs the handler, encodes the response.
+/// Decodes the body, runs the handler, charges its time to the client's request quota (`apis::quotas`),
+/// encodes the response.
 macro_rules! route {
     ($broker:expr, $key:expr, $header:expr, $buf:expr, $req:ty, $handler:path) => {{
         let req: $req = decode($key, &mut $buf, $header.request_api_version)?;
-        let resp = $handler($broker, &$header, req).await;
+        let (mut resp, busy) = crate::quota::timed($handler($broker, &$header, req)).await;
+        request_quota!($broker, $key, $header, &mut resp, busy);
         count_errors!($broker, $key, &resp);
         Ok(Some(encode_response(&$header, &resp)?.into()))
     }};
@@ -241,9 +247,26 @@ macro_rules! route {
 macro_rules! route_fallible {
     ($broker:expr, $key:expr, $header:expr, $buf:expr, $req:ty, $handler:path) => {{
         let req: $req = decode($key, &mut $buf, $header.request_api_version)?;
-        let resp = $handler($broker, &$header, req).await?;
+        let (resp, busy) = crate::quota::timed($handler($broker, &$header, req)).await;
+        let mut resp = resp?;
+        request_quota!($broker, $key, $header, &mut resp, busy);
         count_errors!($broker, $key, &resp);
         Ok(Some(encode_response(&$header, &resp)?.into()))
+    }};
+}
+
+/// Records a handler's time against request_percentage and raises the response's throttle_time_ms. Inter-broker
+/// requests (WriteTxnMarkers) are exempt, as Kafka's cluster actions are.
+macro_rules! request_quota {
+    ($broker:expr, $key:expr, $header:expr, $resp:expr, $busy:expr) => {{
+        #[allow(unused_imports)]
+        use quotas::{RaiseNoThrottle as _, RaiseThrottle as _};
+        if $key != ApiKey::WriteTxnMarkers {
+            let ms = quotas::throttle_request($broker, &$header, $busy);
+            if ms > 0 {
+                (&mut quotas::ThrottleProbe($resp)).raise(ms);
+            }
+        }
     }};
 }
 
@@ -415,8 +438,25 @@ pub async fn dispatch(
             authz::write_txn_markers
         ),
         ApiKey::Fetch => {
-            let req: FetchRequest = decode(key, &mut buf, header.request_api_version)?;
-            let (resp, slices) = authz::fetch(broker, &header, req).await;
+            let mut req: FetchRequest = decode(key, &mut buf, header.request_api_version)?;
+            let from_follower = if header.request_api_version >= 15 {
+                req.replica_state.replica_id.0 >= 0
+            } else {
+                req.replica_id.0 >= 0
+            };
+            if !from_follower {
+                quotas::cap_fetch_bytes(broker, &header, &mut req);
+            }
+            // A session is created by a full fetch (epoch 0); from v7 only.
+            let new_session = header.request_api_version >= 7 && req.session_epoch == 0;
+            let ((resp, slices), busy) =
+                crate::quota::timed(authz::fetch(broker, &header, req)).await;
+            let (resp, slices) = if from_follower {
+                (resp, slices)
+            } else {
+                let request_ms = quotas::throttle_request(broker, &header, busy);
+                quotas::throttle_fetch(broker, &header, new_session, request_ms, resp, slices)
+            };
             count_errors!(broker, key, &resp);
             fetch::encode(&header, resp, slices).await.map(Some)
         }
@@ -598,6 +638,14 @@ pub async fn dispatch(
             DescribeClientQuotasRequest,
             authz::describe_client_quotas
         ),
+        ApiKey::AlterClientQuotas => route!(
+            broker,
+            key,
+            header,
+            buf,
+            AlterClientQuotasRequest,
+            authz::alter_client_quotas
+        ),
         ApiKey::DescribeAcls => route_fallible!(
             broker,
             key,
@@ -636,9 +684,20 @@ pub async fn dispatch(
             }
         }
         ApiKey::Produce => {
+            let request_bytes = buf.len();
             let req: ProduceRequest = decode(key, &mut buf, header.request_api_version)?;
-            match authz::produce(broker, &header, req).await? {
-                Some(resp) => {
+            let acks = req.acks;
+            let (answered, busy) = crate::quota::timed(authz::produce(broker, &header, req)).await;
+            let answered = answered?;
+            // Recorded once the produce is done, as Kafka's response callback does: the bytes always, the time
+            // unless acks=0 (exempt from the request quota in Kafka).
+            let mut throttle_ms = quotas::throttle_produce(broker, &header, request_bytes);
+            if acks != 0 {
+                throttle_ms = throttle_ms.max(quotas::throttle_request(broker, &header, busy));
+            }
+            match answered {
+                Some(mut resp) => {
+                    resp.throttle_time_ms = resp.throttle_time_ms.max(throttle_ms);
                     count_errors!(broker, key, &resp);
                     Ok(Some(encode_response(&header, &resp)?.into()))
                 }

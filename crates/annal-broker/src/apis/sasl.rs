@@ -174,14 +174,3 @@ pub async fn alter_user_scram_credentials(
         }
     }
 }
-
-/// DescribeClientQuotas (48): Annal has no client quotas yet, so there are none to describe. Answered (instead
-/// of not advertised) because `kafka-configs --describe --entity-type users` asks for quotas beside SCRAM
-/// credentials and fails on an unsupported API.
-pub async fn describe_client_quotas(
-    _broker: &Arc<Broker>,
-    _header: &RequestHeader,
-    _req: DescribeClientQuotasRequest,
-) -> DescribeClientQuotasResponse {
-    DescribeClientQuotasResponse::default().with_entries(Some(Vec::new()))
-}

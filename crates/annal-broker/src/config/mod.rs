@@ -227,6 +227,9 @@ pub const BROKER_SETTINGS: &[Setting] = &[
     setting("fetch.max.bytes", int(0), "57671680"),
     setting("max.incremental.fetch.session.cache.slots", int(0), "1000"),
     setting("connections.max.idle.ms", long(1), "600000"),
+    // Client quotas (decision 0017-quotas): the windows a client's byte rate is sampled over.
+    setting("quota.window.num", int(1), "11"),
+    setting("quota.window.size.seconds", int(1), "1"),
     setting("producer.id.expiration.ms", int(1), "86400000"),
     setting("transactional.id.expiration.ms", int(1), "604800000"),
     // Transaction coordinator.
@@ -473,6 +476,8 @@ pub struct BrokerConfig {
     /// How followers fetch and when the leader drops them from the ISR (`replica.*`).
     pub replica_fetch: ReplicaFetchConfig,
     pub connections_max_idle_ms: i64,
+    /// `quota.window.num` and `quota.window.size.seconds`: how client byte rates are sampled.
+    pub quota: crate::quota::QuotaSettings,
     pub producer_id_expiration_ms: i64,
     /// The log cleaner's settings (`log.cleaner.*`).
     pub cleaner: CleanerSettings,
@@ -701,6 +706,10 @@ impl BrokerConfig {
                 lag_time_max_ms: num("replica.lag.time.max.ms"),
             },
             connections_max_idle_ms: num("connections.max.idle.ms"),
+            quota: crate::quota::QuotaSettings {
+                window_num: num("quota.window.num").max(1) as usize,
+                window_size_seconds: num("quota.window.size.seconds").max(1),
+            },
             producer_id_expiration_ms: num("producer.id.expiration.ms"),
             cleaner: CleanerSettings {
                 threads: num("log.cleaner.threads").max(0) as usize,

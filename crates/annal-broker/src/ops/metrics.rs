@@ -47,6 +47,9 @@ pub struct BrokerMetrics {
     pub isr_expands: Counter,
     pub retention_deleted_segments: Counter,
     records_lost_to_retention: Family<Labels, Counter>,
+    /// Requests throttled by a client quota and the throttle time given, per quota (`produce`, `fetch`).
+    quota_throttled: Family<Labels, Counter>,
+    quota_throttle_ms: Family<Labels, Counter>,
     pub http_requests: Counter,
     pub http_connections_refused: Counter,
     /// Key lookups (`/v1/topics/{topic}/records`), by outcome, and their latency.
@@ -110,6 +113,8 @@ impl BrokerMetrics {
             isr_expands: Counter::default(),
             retention_deleted_segments: Counter::default(),
             records_lost_to_retention: Family::default(),
+            quota_throttled: Family::default(),
+            quota_throttle_ms: Family::default(),
             http_requests: Counter::default(),
             http_connections_refused: Counter::default(),
             key_lookups: super::records::KeyLookupMetrics::default(),
@@ -171,6 +176,16 @@ impl BrokerMetrics {
             "Records retention deleted that a group with committed offsets had not consumed, per group and topic",
             m.records_lost_to_retention.clone(),
         );
+        registry.register(
+            "annal_quota_throttled_requests",
+            "Requests whose client went over its byte-rate quota and was throttled, per quota (produce, fetch)",
+            m.quota_throttled.clone(),
+        );
+        registry.register(
+            "annal_quota_throttle_time_ms",
+            "Throttle time given to clients over their byte-rate quota (their connection muted that long), per quota",
+            m.quota_throttle_ms.clone(),
+        );
         c(
             &mut registry,
             "annal_http_requests",
@@ -212,6 +227,15 @@ impl BrokerMetrics {
             ];
             self.errors.get_or_create(&labels).inc();
         }
+    }
+
+    /// A request of quota `kind` throttled for `ms`.
+    pub fn quota_throttled(&self, kind: &'static str, ms: u32) {
+        let labels: Labels = vec![("quota", kind.to_string())];
+        self.quota_throttled.get_or_create(&labels).inc();
+        self.quota_throttle_ms
+            .get_or_create(&labels)
+            .inc_by(u64::from(ms));
     }
 
     /// Records lost to retention: `count` records of `topic` that `group` had not consumed.

@@ -18,6 +18,7 @@ mod group_offsets;
 mod group_txn_offsets;
 mod offsets_compaction;
 mod persistence;
+mod quotas;
 mod replica;
 mod security;
 mod transactions;

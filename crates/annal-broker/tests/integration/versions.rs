@@ -397,10 +397,36 @@ async fn every_advertised_version_answers() {
         assert_eq!(resp.results[0].credential_infos[0].iterations, 4096);
         tested.insert((ApiKey::DescribeUserScramCredentials as i16, 0));
     }
+    // Client quotas: each AlterClientQuotas version sets a quota on its own client id, and each DescribeClientQuotas
+    // version then finds both (the default filter matches every entity).
+    for v in 0..=1 {
+        use kafka_protocol::messages::alter_client_quotas_request::{
+            EntityData, EntryData, OpData,
+        };
+        let entry = EntryData::default()
+            .with_entity(vec![EntityData::default()
+                .with_entity_type(s("client-id"))
+                .with_entity_name(Some(s(&format!("versions-{v}"))))])
+            .with_ops(vec![OpData::default()
+                .with_key(s("producer_byte_rate"))
+                .with_value(1e9)]);
+        let resp = c
+            .call(
+                &AlterClientQuotasRequest::default().with_entries(vec![entry]),
+                v,
+            )
+            .await;
+        assert_eq!(
+            resp.entries[0].error_code, 0,
+            "{:?}",
+            resp.entries[0].error_message
+        );
+        tested.insert((ApiKey::AlterClientQuotas as i16, v));
+    }
     for v in 0..=1 {
         let resp = c.call(&DescribeClientQuotasRequest::default(), v).await;
         assert_eq!(resp.error_code, 0);
-        assert_eq!(resp.entries.map(|e| e.len()), Some(0));
+        assert_eq!(resp.entries.map(|e| e.len()), Some(2));
         tested.insert((ApiKey::DescribeClientQuotas as i16, v));
     }
     // ACL APIs: without an authorizer Kafka answers SECURITY_DISABLED (tests/integration/security/acls.rs has the

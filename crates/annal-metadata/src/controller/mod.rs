@@ -19,6 +19,7 @@ pub mod errors;
 mod import;
 mod partition_change;
 mod placement;
+pub mod quotas;
 mod reassignments;
 mod rebalance;
 #[cfg(test)]
@@ -262,6 +263,8 @@ impl Controller {
                 .create_acls(r)),
             31 => run!(kafka_protocol::messages::DeleteAclsRequest, |r| self
                 .delete_acls(r)),
+            49 => run!(kafka_protocol::messages::AlterClientQuotasRequest, |r| self
+                .alter_client_quotas(r)),
             other => Err(HandleError::UnsupportedApi(other)),
         }
     }
@@ -284,6 +287,7 @@ pub fn supported_apis() -> Vec<(i16, i16, i16)> {
         range::<AlterPartitionReassignmentsRequest>(45),
         range::<ListPartitionReassignmentsRequest>(46),
         range::<IncrementalAlterConfigsRequest>(44),
+        range::<kafka_protocol::messages::AlterClientQuotasRequest>(49),
         range::<kafka_protocol::messages::AlterUserScramCredentialsRequest>(51),
         range::<AlterPartitionRequest>(56),
         range::<BrokerRegistrationRequest>(62),

@@ -1127,3 +1127,131 @@ async fn acls_follow_kafkas_acl_control_manager() {
     assert_eq!(resp.filter_results[0].error_code, 0);
     assert!(resp.filter_results[0].matching_acls.is_empty());
 }
+
+#[tokio::test]
+async fn alter_client_quotas_follows_kafkas_client_quota_control_manager() {
+    use kafka_protocol::messages::alter_client_quotas_request::{EntityData, EntryData, OpData};
+    let h = Harness::empty();
+    let entity = |parts: &[(&str, Option<&str>)]| -> Vec<EntityData> {
+        parts
+            .iter()
+            .map(|(t, n)| {
+                EntityData::default()
+                    .with_entity_type(s(t))
+                    .with_entity_name(n.map(s))
+            })
+            .collect()
+    };
+    let set = |k: &str, v: f64| OpData::default().with_key(s(k)).with_value(v);
+    let remove = |k: &str| OpData::default().with_key(s(k)).with_remove(true);
+    let alter = |entries: Vec<EntryData>, validate_only: bool| {
+        AlterClientQuotasRequest::default()
+            .with_entries(entries)
+            .with_validate_only(validate_only)
+    };
+    let alice = entity(&[("user", Some("alice")), ("client-id", None)]);
+    let good = EntryData::default()
+        .with_entity(alice.clone())
+        .with_ops(vec![
+            set("producer_byte_rate", 1024.0),
+            set("request_percentage", 12.5),
+        ]);
+    let bad_key = EntryData::default()
+        .with_entity(entity(&[("ip", Some("10.0.0.1"))]))
+        .with_ops(vec![set("producer_byte_rate", 1.0)]);
+    let bad_type = EntryData::default()
+        .with_entity(entity(&[("group", Some("g"))]))
+        .with_ops(vec![set("producer_byte_rate", 1.0)]);
+    let fractional = EntryData::default()
+        .with_entity(entity(&[("client-id", Some("c"))]))
+        .with_ops(vec![set("consumer_byte_rate", 1.5)]);
+
+    // validate_only answers as a real alteration would and writes nothing.
+    let before = h.offset();
+    let resp = h
+        .controller
+        .alter_client_quotas(alter(vec![good.clone(), bad_key.clone()], true))
+        .await;
+    let codes: Vec<i16> = resp.entries.iter().map(|e| e.error_code).collect();
+    assert_eq!(codes, vec![NONE, INVALID_REQUEST]);
+    assert_eq!(h.offset(), before);
+
+    let resp = h
+        .controller
+        .alter_client_quotas(alter(
+            vec![good.clone(), bad_key, bad_type, fractional],
+            false,
+        ))
+        .await;
+    let codes: Vec<i16> = resp.entries.iter().map(|e| e.error_code).collect();
+    assert_eq!(
+        codes,
+        vec![NONE, INVALID_REQUEST, INVALID_REQUEST, INVALID_REQUEST]
+    );
+    let messages: Vec<String> = resp
+        .entries
+        .iter()
+        .map(|e| {
+            e.error_message
+                .as_ref()
+                .map(|m| m.to_string())
+                .unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(messages[1], "Invalid configuration key producer_byte_rate");
+    assert_eq!(messages[2], "Unhandled client quota entity type: group");
+    assert_eq!(
+        messages[3],
+        "consumer_byte_rate cannot be a fractional value."
+    );
+    let key: crate::quota::QuotaEntity = [
+        ("user".to_string(), Some("alice".to_string())),
+        ("client-id".to_string(), None),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(
+        h.image().client_quota(&key, "producer_byte_rate"),
+        Some(1024.0)
+    );
+    assert_eq!(
+        h.image().client_quota(&key, "request_percentage"),
+        Some(12.5)
+    );
+
+    // The same values again write nothing; a duplicate key fails the entity.
+    let offset = h.offset();
+    let resp = h
+        .controller
+        .alter_client_quotas(alter(vec![good], false))
+        .await;
+    assert_eq!(resp.entries[0].error_code, NONE);
+    assert_eq!(h.offset(), offset, "unchanged values write no record");
+    let dup = EntryData::default()
+        .with_entity(alice.clone())
+        .with_ops(vec![
+            set("producer_byte_rate", 1.0),
+            remove("producer_byte_rate"),
+        ]);
+    let resp = h
+        .controller
+        .alter_client_quotas(alter(vec![dup], false))
+        .await;
+    assert_eq!(resp.entries[0].error_code, INVALID_REQUEST);
+    assert_eq!(
+        h.image().client_quota(&key, "producer_byte_rate"),
+        Some(1024.0)
+    );
+
+    // Removing both keys removes the entity.
+    let gone = EntryData::default().with_entity(alice).with_ops(vec![
+        remove("producer_byte_rate"),
+        remove("request_percentage"),
+    ]);
+    let resp = h
+        .controller
+        .alter_client_quotas(alter(vec![gone], false))
+        .await;
+    assert_eq!(resp.entries[0].error_code, NONE);
+    assert!(h.image().client_quotas.is_empty());
+}

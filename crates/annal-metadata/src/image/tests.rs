@@ -223,3 +223,75 @@ fn acls_apply_remove_and_survive_snapshots() {
         .try_apply(4, &MetadataRecord::AccessControlEntry(bad))
         .is_err());
 }
+
+#[test]
+fn client_quotas_set_remove_and_survive_snapshots() {
+    let part = |t: &str, n: Option<&str>| QuotaEntityPart {
+        entity_type: t.into(),
+        entity_name: n.map(str::to_string),
+    };
+    let set = |entity: Vec<QuotaEntityPart>, key: &str, value: f64| {
+        MetadataRecord::ClientQuota(ClientQuotaRecord {
+            entity,
+            key: key.into(),
+            value,
+            remove: false,
+        })
+    };
+    let alice = vec![part("user", Some("alice")), part("client-id", None)];
+    let mut image = MetadataImage::new("c");
+    image.apply(1, &set(alice.clone(), "producer_byte_rate", 1024.0));
+    image.apply(2, &set(alice.clone(), "consumer_byte_rate", 2048.0));
+    image.apply(
+        3,
+        &set(vec![part("user", None)], "request_percentage", 50.0),
+    );
+    // The parts' order in the record does not matter: it is the same entity.
+    let reversed: Vec<_> = alice.iter().rev().cloned().collect();
+    image.apply(4, &set(reversed, "producer_byte_rate", 4096.0));
+    let key: crate::quota::QuotaEntity = [
+        ("user".to_string(), Some("alice".to_string())),
+        ("client-id".to_string(), None),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(image.client_quota(&key, "producer_byte_rate"), Some(4096.0));
+    assert_eq!(image.client_quotas.len(), 2);
+    let snap = MetadataImage::decode_snapshot(&image.encode_snapshot()).unwrap();
+    assert_eq!(snap, image);
+    let remove = |key: &str| {
+        MetadataRecord::ClientQuota(ClientQuotaRecord {
+            entity: alice.clone(),
+            key: key.into(),
+            value: 0.0,
+            remove: true,
+        })
+    };
+    image.apply(5, &remove("producer_byte_rate"));
+    assert_eq!(image.client_quota(&key, "producer_byte_rate"), None);
+    image.apply(6, &remove("consumer_byte_rate"));
+    assert!(
+        !image.client_quotas.contains_key(&key),
+        "an empty entity is dropped"
+    );
+    // Records no controller writes do not fit: unknown keys, keys for the wrong entity, bad values.
+    assert!(image
+        .try_apply(7, &set(alice.clone(), "bogus", 1.0))
+        .is_err());
+    assert!(image
+        .try_apply(7, &set(vec![part("ip", None)], "producer_byte_rate", 1.0))
+        .is_err());
+    assert!(image
+        .try_apply(7, &set(alice.clone(), "producer_byte_rate", -1.0))
+        .is_err());
+    assert!(image
+        .try_apply(
+            7,
+            &set(
+                vec![part("user", None), part("user", Some("a"))],
+                "producer_byte_rate",
+                1.0
+            )
+        )
+        .is_err());
+}

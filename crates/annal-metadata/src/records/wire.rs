@@ -37,6 +37,10 @@ impl Writer {
     pub fn uuid(&mut self, v: &Uuid) {
         self.bytes.extend_from_slice(v.as_bytes());
     }
+    /// Kafka's float64: the IEEE 754 bits, big-endian.
+    pub fn f64(&mut self, v: f64) {
+        self.bytes.extend_from_slice(&v.to_bits().to_be_bytes());
+    }
     pub fn uvarint(&mut self, mut v: u32) {
         while v >= 0x80 {
             self.bytes.push((v as u8) | 0x80);
@@ -150,6 +154,9 @@ impl<'a> Reader<'a> {
     }
     pub fn uuid(&mut self, what: &'static str) -> Result<Uuid, RecordError> {
         Ok(Uuid::from_bytes(self.fixed(what)?))
+    }
+    pub fn f64(&mut self, what: &'static str) -> Result<f64, RecordError> {
+        Ok(f64::from_bits(u64::from_be_bytes(self.fixed(what)?)))
     }
     /// An unsigned varint of at most 5 bytes, as Kafka's `readUnsignedVarint` accepts.
     pub fn uvarint(&mut self, what: &'static str) -> Result<u32, RecordError> {
