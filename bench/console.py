@@ -52,8 +52,8 @@ def create_topics(b, count):
     names = [f"bench-topic-{i:05d}" for i in range(count)] + [OFFSETS_TOPIC]
     for start in range(0, len(names), CREATE_BATCH):
         batch = [NewTopic(n, num_partitions=1, replication_factor=1) for n in names[start:start + CREATE_BATCH]]
-        for name, f in admin.create_topics(batch, operation_timeout=120).items():
-            f.result(timeout=180)
+        for name, f in admin.create_topics(batch, operation_timeout=600).items():
+            f.result(timeout=900)
     # Every topic listed with a leader before anything is timed.
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:

@@ -642,12 +642,17 @@ fn bad_security_settings_name_the_setting() {
             ][..],
             "GSSAPI",
         ),
+        // The inter-broker listener may be secured (decision 0017); the controller listener may not yet.
         (
             &[
-                "listeners=SSL://127.0.0.1:0",
-                "inter.broker.listener.name=SSL",
+                "process.roles=broker,controller",
+                "node.id=1",
+                "controller.quorum.voters=1@127.0.0.1:19093",
+                "listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:19093",
+                "controller.listener.names=CONTROLLER",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:SSL",
             ][..],
-            "inter-broker",
+            "the quorum's connections speak PLAINTEXT only",
         ),
         (
             &[
