@@ -16,7 +16,7 @@ use annal_log::{
     LogConfig, LogError, SyncHandle, TimestampType,
 };
 use annal_metadata::env::testing::{planted, PlantedBug};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
 use uuid::Uuid;
 
 use super::checkpoints;
@@ -77,6 +77,8 @@ struct EpochsSync {
     /// Bumped by every deferred change, so a batch sync can tell whether what it staged is still current.
     generation: u64,
     pending: Option<Vec<(i32, i64)>>,
+    /// A batch sync (`Partition::sync_leader_epochs_of`) is writing `pending`: appends wait for it.
+    claimed: bool,
 }
 
 /// A follower as its leader sees it, from its fetches.
@@ -191,6 +193,8 @@ pub struct Partition {
     epochs_unsynced: Mutex<EpochsSync>,
     /// Whether `epochs_unsynced` may hold something: the append paths' lock-free check.
     epochs_unsynced_flag: AtomicBool,
+    /// Signalled when a batch sync releases its claim on `epochs_unsynced`.
+    epochs_synced: Condvar,
     /// What consumers may read. Moves forward only, except when a follower truncates below it.
     high_watermark: AtomicI64,
     /// Long-polling consumer fetches (and acks=all produces) waiting for the high watermark to move.
@@ -235,6 +239,7 @@ impl Partition {
             dir,
             epochs_unsynced: Mutex::new(EpochsSync::default()),
             epochs_unsynced_flag: AtomicBool::new(false),
+            epochs_synced: Condvar::new(),
             high_watermark: AtomicI64::new(0),
             watchers: FetchWatchers::default(),
             replica_watchers: FetchWatchers::default(),
@@ -458,13 +463,17 @@ impl Partition {
     /// Makes a deferred leader-epoch cache durable now (one atomic write with fsyncs), if there is one. Every
     /// append calls it first, so a record of a new epoch never reaches the log before the epoch's entry is
     /// durable in the checkpoint, the invariant truncation by epoch after a crash relies on (Kafka's
-    /// `LeaderEpochFileCache.assign` flushes synchronously for the same reason). A failure is logged, as for
-    /// every checkpoint write, and not retried.
+    /// `LeaderEpochFileCache.assign` flushes synchronously for the same reason). While a batch sync has
+    /// claimed the cache it waits for that batch instead (cheaper than a write of its own). A failure is
+    /// logged, as for every checkpoint write, and not retried.
     fn ensure_epochs_durable(&self) {
         if !self.epochs_unsynced_flag.load(Ordering::Acquire) {
             return;
         }
         let mut unsynced = self.epochs_unsynced.lock();
+        while unsynced.claimed {
+            self.epochs_synced.wait(&mut unsynced);
+        }
         if let Some(epochs) = unsynced.pending.take() {
             if let Err(e) = checkpoints::write_leader_epochs(&self.dir, &epochs) {
                 tracing::error!(partition = %self.name(), error = %e, "cannot write the leader-epoch checkpoint");
@@ -474,70 +483,95 @@ impl Partition {
     }
 
     /// Makes the deferred leader-epoch caches of many partitions durable together, with two file-system syncs
-    /// in all instead of two fsyncs per partition: each cache is written to a temporary file, the temporary
-    /// files are synced, renamed over the checkpoints, and the renames synced. A crash at any point leaves
-    /// each checkpoint old and whole or new and whole. A partition whose cache changed meanwhile (another
-    /// leadership change, a truncation, or an append that wrote it itself) is left to that change. Blocking.
+    /// in all instead of two fsyncs per partition: each cache is claimed (appends to it now wait for this
+    /// batch), written to a staging file, the staging files are synced, renamed over the checkpoints, and the
+    /// renames synced. A crash at any point leaves each checkpoint old and whole or new and whole. A partition
+    /// whose cache changed meanwhile (another leadership change, a truncation that wrote it) is left to that
+    /// change: its waiting appends write it themselves. Blocking.
     pub fn sync_leader_epochs_of(parts: &[Arc<Partition>]) {
-        let staged: Vec<(Arc<Partition>, u64)> =
-            crate::log_io::map_in_parallel(parts.to_vec(), |p| {
-                let generation = p.stage_epochs()?;
-                Some((p, generation))
-            })
-            .into_iter()
-            .flatten()
-            .collect();
-        if staged.is_empty() {
-            return;
-        }
-        let tmp_files: Vec<PathBuf> = staged
+        let claimed: Vec<(Arc<Partition>, u64)> = parts
             .iter()
-            .map(|(p, _)| checkpoints::staged_leader_epochs_path(&p.dir))
+            .filter_map(|p| p.claim_epochs().map(|g| (p.clone(), g)))
             .collect();
-        let dir_of = |p: &Arc<Partition>| p.dir.clone();
-        if let Err(e) = checkpoints::sync_files(&tmp_files) {
-            tracing::warn!(error = %e, "cannot sync staged leader-epoch checkpoints; each is written on its own");
-            for (p, _) in &staged {
-                p.ensure_epochs_durable();
-            }
+        if claimed.is_empty() {
             return;
         }
-        let renamed: Vec<(Arc<Partition>, u64)> =
-            crate::log_io::map_in_parallel(staged, |(p, generation)| {
-                p.publish_staged_epochs(generation)
-                    .then_some((p, generation))
-            })
-            .into_iter()
-            .flatten()
+        let staged: Vec<bool> = crate::log_io::map_in_parallel(
+            claimed.iter().map(|(p, g)| (p.clone(), *g)).collect(),
+            |(p, generation)| p.stage_epochs(generation),
+        );
+        let tmp_files: Vec<PathBuf> = claimed
+            .iter()
+            .zip(&staged)
+            .filter(|(_, ok)| **ok)
+            .map(|((p, _), _)| checkpoints::staged_leader_epochs_path(&p.dir))
             .collect();
-        let dirs: Vec<PathBuf> = renamed.iter().map(|(p, _)| dir_of(p)).collect();
-        if let Err(e) = checkpoints::sync_files(&dirs) {
-            tracing::warn!(error = %e, "cannot sync renamed leader-epoch checkpoints; each is written on its own");
-            for (p, _) in &renamed {
-                p.ensure_epochs_durable();
+        let mut renamed = vec![false; claimed.len()];
+        match checkpoints::sync_files(&tmp_files) {
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot sync staged leader-epoch checkpoints; each is written on its own")
             }
-            return;
+            Ok(()) => {
+                let work: Vec<(Arc<Partition>, u64, bool)> = claimed
+                    .iter()
+                    .zip(&staged)
+                    .map(|((p, g), ok)| (p.clone(), *g, *ok))
+                    .collect();
+                renamed = crate::log_io::map_in_parallel(work, |(p, generation, ok)| {
+                    ok && p.publish_staged_epochs(generation)
+                });
+                let dirs: Vec<PathBuf> = claimed
+                    .iter()
+                    .zip(&renamed)
+                    .filter(|(_, r)| **r)
+                    .map(|((p, _), _)| p.dir.clone())
+                    .collect();
+                if let Err(e) = checkpoints::sync_files(&dirs) {
+                    tracing::warn!(error = %e, "cannot sync renamed leader-epoch checkpoints; each is written on its own");
+                    renamed = vec![false; claimed.len()];
+                }
+            }
         }
-        for (p, generation) in renamed {
+        for ((p, generation), durable) in claimed.iter().zip(renamed) {
             let mut unsynced = p.epochs_unsynced.lock();
-            if unsynced.pending.is_some() && unsynced.generation == generation {
+            unsynced.claimed = false;
+            if durable && unsynced.pending.is_some() && unsynced.generation == *generation {
                 unsynced.pending = None;
                 p.epochs_unsynced_flag.store(false, Ordering::Release);
             }
+            p.epochs_synced.notify_all();
+        }
+        // What the batch could not make durable (an error, or a newer change) is written now, each on its own.
+        for (p, _) in &claimed {
+            p.ensure_epochs_durable();
         }
     }
 
-    /// Writes the deferred cache to the staging file (no fsync); its generation, or None if there is none.
-    fn stage_epochs(&self) -> Option<u64> {
+    /// Claims the deferred cache for a batch sync; its generation, or None if nothing is deferred.
+    fn claim_epochs(&self) -> Option<u64> {
+        let mut unsynced = self.epochs_unsynced.lock();
+        if unsynced.pending.is_none() || unsynced.claimed {
+            return None;
+        }
+        unsynced.claimed = true;
+        Some(unsynced.generation)
+    }
+
+    /// Writes the claimed cache to the staging file (no fsync), if it is still `generation`. True if written.
+    fn stage_epochs(&self, generation: u64) -> bool {
         let unsynced = self.epochs_unsynced.lock();
-        let epochs = unsynced.pending.as_ref()?;
+        let Some(epochs) = unsynced
+            .pending
+            .as_ref()
+            .filter(|_| unsynced.generation == generation)
+        else {
+            return false;
+        };
         match checkpoints::stage_leader_epochs(&self.dir, epochs) {
-            Ok(()) => Some(unsynced.generation),
+            Ok(()) => true,
             Err(e) => {
-                drop(unsynced);
                 tracing::warn!(partition = %self.name(), error = %e, "cannot stage the leader-epoch checkpoint; writing it on its own");
-                self.ensure_epochs_durable();
-                None
+                false
             }
         }
     }
@@ -550,9 +584,7 @@ impl Partition {
         match checkpoints::publish_staged_leader_epochs(&self.dir, current) {
             Ok(()) => current,
             Err(e) => {
-                drop(unsynced);
                 tracing::warn!(partition = %self.name(), error = %e, "cannot rename the staged leader-epoch checkpoint; writing it on its own");
-                self.ensure_epochs_durable();
                 false
             }
         }
