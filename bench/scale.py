@@ -2,7 +2,7 @@
 """Scale bench (issue 19): how a single broker's cost grows with its partition count, Annal beside Apache Kafka.
 
     python3 bench/scale.py [--counts 1000,10000,100000] [--brokers annal,kafka] [--annal-bin PATH]
-                           [--kafka-max 10000] [--out bench/results/DATE-scale.json]
+                           [--kafka-max 10000] [--stop-timeout 300] [--out bench/results/DATE-scale.json]
 
 For each partition count N: a fresh broker, topics of up to 1,000 partitions each (N partitions in all, RF 1), one
 record produced to every partition, then a clean restart. Reported per (broker, N):
@@ -13,6 +13,7 @@ record produced to every partition, then a clean restart. Reported per (broker, 
                 median of 5
   fds           open descriptors of the broker process (/proc/PID/fd) once every partition has a record
   rss_mib       its VmRSS then
+  stop_s        the clean stop (SIGINT, or Kafka's stop) until the process exited (--stop-timeout, then killed)
   ready_s       after a clean stop and start: launch until a Metadata answer lists every partition with a
                 leader (every partition servable)
   ready_fds, ready_rss_mib  the same figures right after that restart
@@ -248,7 +249,9 @@ def one(broker, n, batches):
         conn.close()
         fds, rss = fd_count(broker.pid), procs.rss_mib(broker.pid)
     finally:
+        t_stop = time.monotonic()
         broker.stop()
+        stop_s = time.monotonic() - t_stop
     t_launch = time.monotonic()
     broker.start()
     try:
@@ -259,7 +262,8 @@ def one(broker, n, batches):
         broker.stop()
         broker.remove_data()
     row = dict(broker=broker.name, partitions=n, create_s=round(create_s, 3), produce_rps=round(produce_rps),
-               metadata_s=round(metadata_s, 4), fds=fds, rss_mib=round(rss, 1), ready_s=round(ready_s, 3),
+               metadata_s=round(metadata_s, 4), fds=fds, rss_mib=round(rss, 1), stop_s=round(stop_s, 3),
+               ready_s=round(ready_s, 3),
                ready_fds=ready_fds, ready_rss_mib=round(ready_rss, 1))
     procs.log(json.dumps(row))
     return row
@@ -274,6 +278,8 @@ def main():
     ap.add_argument("--kafka-max", type=int, default=10000)
     ap.add_argument("--workdir", default="/tmp/annal-scale-bench")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--stop-timeout", type=float, default=300.0,
+                    help="seconds a clean stop may take before the broker is killed (then the restart is unclean)")
     args = ap.parse_args()
     counts = [int(c) for c in args.counts.split(",")]
     batches = [record_batch(b"record %d" % p, 1_700_000_000_000) for p in range(max(counts))]
@@ -287,6 +293,7 @@ def main():
                 broker = brokers.AnnalBroker(workdir, args.annal_bin)
             else:
                 broker = brokers.KafkaBroker(workdir, HERE.parent, args.kafka_cache)
+            broker.stop_timeout_s = args.stop_timeout
             try:
                 rows.append(one(broker, n, batches))
             except Exception as e:  # noqa: BLE001 (a failed point is recorded, the curve goes on)

@@ -136,10 +136,11 @@ class AnnalBroker(Broker):
             return
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)  # `annal serve` shuts down cleanly on Ctrl-C
+            timeout = getattr(self, "stop_timeout_s", 60)
             try:
-                self.proc.wait(timeout=60)
+                self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                procs.log("annal did not stop within 60 s of SIGINT; killing it")
+                procs.log(f"annal did not stop within {timeout} s of SIGINT; killing it")
                 self.proc.kill()
                 self.proc.wait(timeout=10)
         self._log.close()

@@ -150,6 +150,24 @@ impl Log {
     /// point on is validated batch by batch, torn tails are cut, and indexes are rebuilt; after a clean one only
     /// the index files are checked.
     pub fn open(dir: &Path, config: LogConfig) -> crate::Result<Log> {
+        Self::open_inner(dir, config, None)
+    }
+
+    /// [`Log::open`] for an owner that records clean shutdowns itself, with one marker for all its logs
+    /// (Apache Kafka's `.kafka_cleanshutdown`): `clean_marker` says whether that marker was found. The log
+    /// skips recovery if it was, or if its own flag says so (a log last closed with [`Log::close`], which is
+    /// then cleared as `open` does); a log closed with [`Log::close_for_marker`] has nothing to clear, so a
+    /// clean restart writes nothing per log. The owner must remove its marker (durably) before any of its
+    /// logs changes, and write it only once every one of them was closed with `close_for_marker`.
+    pub fn open_with_marker(
+        dir: &Path,
+        config: LogConfig,
+        clean_marker: bool,
+    ) -> crate::Result<Log> {
+        Self::open_inner(dir, config, Some(clean_marker))
+    }
+
+    fn open_inner(dir: &Path, config: LogConfig, clean_marker: Option<bool>) -> crate::Result<Log> {
         assert!(
             config.segment_bytes > 0 && config.segment_bytes <= LogConfig::SEGMENT_BYTES_MAX,
             "segment.bytes out of range"
@@ -161,7 +179,9 @@ impl Log {
         cleaner::swap::complete(dir)?;
         let (bases, snapshots) = scan_directory(dir)?;
 
-        let clean = checkpoint.is_some_and(|c| c.clean_shutdown);
+        // The log's own flag is cleared on disk (below) before anything can change, in both modes, so it
+        // can be trusted here whichever way the log was last closed.
+        let clean = checkpoint.is_some_and(|c| c.clean_shutdown || clean_marker == Some(true));
         let recovery_point = checkpoint.map_or(0, |c| c.recovery_point);
         let first_to_recover = if clean {
             None
@@ -251,6 +271,8 @@ impl Log {
             recovery_point: log.recovery_point,
             clean_shutdown: false,
         };
+        // With an owner's marker, the file's flag is always false (`close_for_marker`), so this writes only
+        // after a recovery moved the recovery point, or once for a log last closed with its own flag set.
         if checkpoint.is_some_and(|c| c != wanted) {
             log.write_checkpoint(false)?;
         }
@@ -1411,14 +1433,25 @@ impl Log {
     }
 
     /// Flushes, snapshots producer state and marks a clean shutdown, so the next open skips recovery.
-    pub fn close(mut self) -> crate::Result<()> {
+    pub fn close(self) -> crate::Result<()> {
+        self.close_inner(true)
+    }
+
+    /// [`Log::close`] for a log opened with [`Log::open_with_marker`]: everything is flushed and checkpointed
+    /// the same way, but the log's own flag stays false; the owner writes its marker once every log is closed.
+    /// (So a binary that reads only the per-log flag recovers such a log rather than trusting it.)
+    pub fn close_for_marker(self) -> crate::Result<()> {
+        self.close_inner(false)
+    }
+
+    fn close_inner(mut self, clean_flag: bool) -> crate::Result<()> {
         self.flush()?;
         // Group commits (`mark_flushed`) advance the recovery point without touching the indexes: write and
         // sync the active segment's buffered index entries before the checkpoint calls the shutdown clean.
         self.active_mut().sync()?;
         let log_end = self.log_end_offset();
         self.write_producer_snapshot(log_end)?;
-        self.write_checkpoint(true)
+        self.write_checkpoint(clean_flag)
     }
 
     /// Deletes the whole log directory.

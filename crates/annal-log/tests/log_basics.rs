@@ -141,6 +141,48 @@ fn clean_and_unclean_reopen_keep_everything() {
     assert!(log.read(61, 1, None).unwrap().slice.is_some());
 }
 
+/// An owner's clean-shutdown marker (`open_with_marker` / `close_for_marker`): a clean reopen writes nothing;
+/// without the marker the log is recovered; a log last closed with its own flag is clean either way, and the
+/// flag is cleared at open.
+#[test]
+fn an_owners_marker_decides_recovery_and_a_clean_reopen_writes_nothing() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoint = dir.path().join("annal.checkpoint");
+    let seg = dir.path().join(format!("{:020}.log", 0));
+    let mut log = Log::open_with_marker(dir.path(), LogConfig::default(), false).unwrap();
+    for i in 0..10 {
+        log.append(&mut batch_of(2, 50, i), &opts(0)).unwrap();
+    }
+    log.close_for_marker().unwrap();
+    let text = std::fs::read_to_string(&checkpoint).unwrap();
+    assert!(text.contains("clean_shutdown=false"), "{text}");
+    let inode = std::fs::metadata(&checkpoint).unwrap().ino();
+    let log = Log::open_with_marker(dir.path(), LogConfig::default(), true).unwrap();
+    assert_eq!(log.log_end_offset(), 20);
+    assert_eq!(
+        std::fs::metadata(&checkpoint).unwrap().ino(),
+        inode,
+        "a clean reopen rewrote the checkpoint"
+    );
+    log.close_for_marker().unwrap();
+    // No marker (a crash): a torn tail is found and cut.
+    let good_len = std::fs::metadata(&seg).unwrap().len();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes.extend_from_slice(&batch_of(1, 60, 5)[..40]);
+    std::fs::write(&seg, &bytes).unwrap();
+    let mut log = Log::open_with_marker(dir.path(), LogConfig::default(), false).unwrap();
+    assert_eq!(std::fs::metadata(&seg).unwrap().len(), good_len);
+    assert_eq!(log.log_end_offset(), 20);
+    log.append(&mut batch_of(2, 50, 99), &opts(0)).unwrap();
+    // Closed with its own flag: clean without a marker, and the flag is cleared before anything changes.
+    log.close().unwrap();
+    let log = Log::open_with_marker(dir.path(), LogConfig::default(), false).unwrap();
+    assert_eq!(log.log_end_offset(), 22);
+    let text = std::fs::read_to_string(&checkpoint).unwrap();
+    assert!(text.contains("clean_shutdown=false"), "{text}");
+}
+
 #[test]
 fn torn_tail_and_garbage_are_cut_and_lost_indexes_rebuilt() {
     let dir = tempfile::tempdir().unwrap();

@@ -79,6 +79,67 @@ pub fn write_leader_epochs(dir: &Path, epochs: &[(i32, i64)]) -> std::io::Result
     write_atomically(&dir.join(LEADER_EPOCH_CHECKPOINT), &lines)
 }
 
+/// Where [`stage_leader_epochs`] writes a partition's cache before a batch sync renames it over the checkpoint
+/// (a name of its own, so a partition's own atomic write never shares its temporary file).
+pub fn staged_leader_epochs_path(dir: &Path) -> PathBuf {
+    dir.join(format!("{LEADER_EPOCH_CHECKPOINT}.staged.tmp"))
+}
+
+/// Writes a leader-epoch cache to the staging file, without fsync (see `Partition::sync_leader_epochs_of`).
+pub fn stage_leader_epochs(dir: &Path, epochs: &[(i32, i64)]) -> std::io::Result<()> {
+    let mut text = format!("{VERSION}\n{}\n", epochs.len());
+    for (e, o) in epochs {
+        text.push_str(&format!("{e} {o}\n"));
+    }
+    std::fs::write(staged_leader_epochs_path(dir), text)
+}
+
+/// Renames the staging file over the checkpoint (`publish`), or removes it; no fsync.
+pub fn publish_staged_leader_epochs(dir: &Path, publish: bool) -> std::io::Result<()> {
+    let staged = staged_leader_epochs_path(dir);
+    if publish {
+        std::fs::rename(&staged, dir.join(LEADER_EPOCH_CHECKPOINT))
+    } else {
+        match std::fs::remove_file(&staged) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Makes the contents of `paths` (files, or directories for the entries in them) durable. On Linux, one
+/// `syncfs(2)` per file system they are on: a single journal commit instead of one fsync each (it also writes
+/// back whatever else is dirty on that file system, the price of the batch). Elsewhere, an fsync of each, a
+/// few at once.
+pub fn sync_files(paths: &[PathBuf]) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
+        let mut synced = std::collections::BTreeSet::new();
+        for p in paths {
+            let dev = std::fs::metadata(p)?.dev();
+            if !synced.insert(dev) {
+                continue;
+            }
+            let f = std::fs::File::open(p)?;
+            // SAFETY: syncfs takes an open descriptor, which `f` holds for the duration of the call.
+            if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        crate::log_io::map_in_parallel(paths.to_vec(), |p| {
+            std::fs::File::open(&p).and_then(|f| f.sync_all())
+        })
+        .into_iter()
+        .collect()
+    }
+}
+
 /// Reads a partition's leader-epoch cache; `None` when there is none (or it is corrupt, which is logged).
 /// Entries that break the ascending order are dropped from the first offending one on.
 pub fn read_leader_epochs(dir: &Path) -> Option<Vec<(i32, i64)>> {

@@ -180,6 +180,7 @@ impl ReplicaManager {
             logs,
         } = opened;
         let config = partition_config(&topic.configs, &self.config);
+        let mut installed = Vec::new();
         let mut map = self.partitions.write();
         let parts = map.entry(topic.name.clone()).or_default();
         assert_eq!(
@@ -205,8 +206,13 @@ impl ReplicaManager {
                 // Led by whoever the metadata names; until it is applied, nobody here.
                 p.make_follower(NO_LEADER, 0, -1, vec![], vec![]);
             }
-            parts.push(Arc::new(p));
+            let p = Arc::new(p);
+            parts.push(p.clone());
+            installed.push(p);
         }
+        drop(map);
+        // The leader-epoch checkpoints of the new leaderships, all at once (see `sync_leader_epochs_of`).
+        Partition::sync_leader_epochs_of(&installed);
     }
 
     /// How many times a long-polling fetch was woken by a partition it waits on (an append, an fsync, a
@@ -674,29 +680,41 @@ impl ReplicaManager {
         moved
     }
 
-    /// Closes every log cleanly (marks clean shutdown); partitions still referenced elsewhere are flushed only.
-    /// Blocking.
+    /// Closes every log cleanly; partitions still referenced elsewhere are flushed only. Once every log is
+    /// closed, and only then, the data directory's clean-shutdown marker is written
+    /// ([`crate::log_manager::LOGS_CLEAN_MARKER`]), so the next start skips recovery. Blocking.
     pub fn close_all(&self) {
         self.checkpoint_high_watermarks();
         let map = std::mem::take(&mut *self.partitions.write());
         // Several at once: each close is a few fsyncs (see `log_io`).
         let partitions: Vec<Arc<Partition>> = map.into_values().flatten().collect();
-        crate::log_io::map_in_parallel(partitions, |p| {
+        let closed = crate::log_io::map_in_parallel(partitions, |p| {
             if let Err(e) = p.flush() {
                 tracing::error!(partition = %p.name(), error = %e, "flush at shutdown failed");
+                return false;
             }
             let name = p.name();
             match Arc::try_unwrap(p).ok().and_then(Partition::into_log) {
-                Some(log) => {
-                    if let Err(e) = log.close() {
+                Some(log) => match log.close_for_marker() {
+                    Ok(()) => true,
+                    Err(e) => {
                         tracing::error!(partition = %name, error = %e, "clean close failed");
+                        false
                     }
-                }
+                },
                 None => {
-                    tracing::warn!(partition = %name, "partition still in use at shutdown; flushed but not marked clean")
+                    tracing::warn!(partition = %name, "partition still in use at shutdown; flushed but not marked clean");
+                    false
                 }
             }
         });
+        if closed.iter().all(|c| *c) {
+            if let Err(e) = self.log_manager.mark_logs_clean() {
+                tracing::warn!(error = %e, "cannot write the clean-shutdown marker; the next start recovers every log");
+            }
+        } else {
+            tracing::warn!("not every log was closed cleanly; the next start recovers every log");
+        }
     }
 }
 

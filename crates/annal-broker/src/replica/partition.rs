@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::ops::Deref;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use annal_log::producer::ProducerStateManager;
@@ -16,7 +16,7 @@ use annal_log::{
     LogConfig, LogError, SyncHandle, TimestampType,
 };
 use annal_metadata::env::testing::{planted, PlantedBug};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
 use uuid::Uuid;
 
 use super::checkpoints;
@@ -69,6 +69,16 @@ struct ReplicaState {
     /// What this leader knows of each follower (empty while following).
     followers: HashMap<i32, FollowerProgress>,
     config: PartitionConfig,
+}
+
+/// A leader-epoch cache changed by a leadership change and not yet durable (`Partition::defer_epochs`).
+#[derive(Debug, Default)]
+struct EpochsSync {
+    /// Bumped by every deferred change, so a batch sync can tell whether what it staged is still current.
+    generation: u64,
+    pending: Option<Vec<(i32, i64)>>,
+    /// A batch sync (`Partition::sync_leader_epochs_of`) is writing `pending`: appends wait for it.
+    claimed: bool,
 }
 
 /// A follower as its leader sees it, from its fetches.
@@ -178,6 +188,13 @@ pub struct Partition {
     commit: OnceLock<GroupCommit>,
     /// The partition directory (for the leader-epoch checkpoint).
     dir: PathBuf,
+    /// The leader-epoch cache as last changed by a leadership change, while it is not yet durable in
+    /// `leader-epoch-checkpoint` (see [`Partition::sync_leader_epochs_of`]). Taken after `state`, never before.
+    epochs_unsynced: Mutex<EpochsSync>,
+    /// Whether `epochs_unsynced` may hold something: the append paths' lock-free check.
+    epochs_unsynced_flag: AtomicBool,
+    /// Signalled when a batch sync releases its claim on `epochs_unsynced`.
+    epochs_synced: Condvar,
     /// What consumers may read. Moves forward only, except when a follower truncates below it.
     high_watermark: AtomicI64,
     /// Long-polling consumer fetches (and acks=all produces) waiting for the high watermark to move.
@@ -220,6 +237,9 @@ impl Partition {
             log: Arc::new(PartitionLog(Mutex::new(log))),
             commit: OnceLock::new(),
             dir,
+            epochs_unsynced: Mutex::new(EpochsSync::default()),
+            epochs_unsynced_flag: AtomicBool::new(false),
+            epochs_synced: Condvar::new(),
             high_watermark: AtomicI64::new(0),
             watchers: FetchWatchers::default(),
             replica_watchers: FetchWatchers::default(),
@@ -379,7 +399,10 @@ impl Partition {
             if state.epochs.len() > LEADER_EPOCHS_MAX {
                 state.epochs.remove(0);
             }
-            self.persist_epochs(&state.epochs);
+            // Not written here: the caller makes a whole image's worth durable at once
+            // (`sync_leader_epochs_of`), and an append in this epoch makes it durable first if that has not
+            // happened yet (`ensure_epochs_durable`), so no record of the epoch is ever on disk without it.
+            self.defer_epochs(&state.epochs);
         }
         if new_leadership {
             state.pending_isr = None;
@@ -419,9 +442,151 @@ impl Partition {
     }
 
     /// Writes the leader-epoch cache; a failure is logged (the cache is rebuilt by replication if lost).
+    /// The caller holds the state lock, so `epochs` is the newest cache and supersedes any deferred one.
     fn persist_epochs(&self, epochs: &[(i32, i64)]) {
+        let mut unsynced = self.epochs_unsynced.lock();
         if let Err(e) = checkpoints::write_leader_epochs(&self.dir, epochs) {
             tracing::error!(partition = %self.name(), error = %e, "cannot write the leader-epoch checkpoint");
+        }
+        unsynced.pending = None;
+        self.epochs_unsynced_flag.store(false, Ordering::Release);
+    }
+
+    /// Records a changed leader-epoch cache to be made durable later (caller holds the state lock).
+    fn defer_epochs(&self, epochs: &[(i32, i64)]) {
+        let mut unsynced = self.epochs_unsynced.lock();
+        unsynced.generation += 1;
+        unsynced.pending = Some(epochs.to_vec());
+        self.epochs_unsynced_flag.store(true, Ordering::Release);
+    }
+
+    /// Makes a deferred leader-epoch cache durable now (one atomic write with fsyncs), if there is one. Every
+    /// append calls it first, so a record of a new epoch never reaches the log before the epoch's entry is
+    /// durable in the checkpoint, the invariant truncation by epoch after a crash relies on (Kafka's
+    /// `LeaderEpochFileCache.assign` flushes synchronously for the same reason). While a batch sync has
+    /// claimed the cache it waits for that batch instead (cheaper than a write of its own). A failure is
+    /// logged, as for every checkpoint write, and not retried.
+    fn ensure_epochs_durable(&self) {
+        if !self.epochs_unsynced_flag.load(Ordering::Acquire) {
+            return;
+        }
+        let mut unsynced = self.epochs_unsynced.lock();
+        while unsynced.claimed {
+            self.epochs_synced.wait(&mut unsynced);
+        }
+        if let Some(epochs) = unsynced.pending.take() {
+            if let Err(e) = checkpoints::write_leader_epochs(&self.dir, &epochs) {
+                tracing::error!(partition = %self.name(), error = %e, "cannot write the leader-epoch checkpoint");
+            }
+        }
+        self.epochs_unsynced_flag.store(false, Ordering::Release);
+    }
+
+    /// Makes the deferred leader-epoch caches of many partitions durable together, with two file-system syncs
+    /// in all instead of two fsyncs per partition: each cache is claimed (appends to it now wait for this
+    /// batch), written to a staging file, the staging files are synced, renamed over the checkpoints, and the
+    /// renames synced. A crash at any point leaves each checkpoint old and whole or new and whole. A partition
+    /// whose cache changed meanwhile (another leadership change, a truncation that wrote it) is left to that
+    /// change: its waiting appends write it themselves. Blocking.
+    pub fn sync_leader_epochs_of(parts: &[Arc<Partition>]) {
+        let claimed: Vec<(Arc<Partition>, u64)> = parts
+            .iter()
+            .filter_map(|p| p.claim_epochs().map(|g| (p.clone(), g)))
+            .collect();
+        if claimed.is_empty() {
+            return;
+        }
+        let staged: Vec<bool> = crate::log_io::map_in_parallel(
+            claimed.iter().map(|(p, g)| (p.clone(), *g)).collect(),
+            |(p, generation)| p.stage_epochs(generation),
+        );
+        let tmp_files: Vec<PathBuf> = claimed
+            .iter()
+            .zip(&staged)
+            .filter(|(_, ok)| **ok)
+            .map(|((p, _), _)| checkpoints::staged_leader_epochs_path(&p.dir))
+            .collect();
+        let mut renamed = vec![false; claimed.len()];
+        match checkpoints::sync_files(&tmp_files) {
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot sync staged leader-epoch checkpoints; each is written on its own")
+            }
+            Ok(()) => {
+                let work: Vec<(Arc<Partition>, u64, bool)> = claimed
+                    .iter()
+                    .zip(&staged)
+                    .map(|((p, g), ok)| (p.clone(), *g, *ok))
+                    .collect();
+                renamed = crate::log_io::map_in_parallel(work, |(p, generation, ok)| {
+                    ok && p.publish_staged_epochs(generation)
+                });
+                let dirs: Vec<PathBuf> = claimed
+                    .iter()
+                    .zip(&renamed)
+                    .filter(|(_, r)| **r)
+                    .map(|((p, _), _)| p.dir.clone())
+                    .collect();
+                if let Err(e) = checkpoints::sync_files(&dirs) {
+                    tracing::warn!(error = %e, "cannot sync renamed leader-epoch checkpoints; each is written on its own");
+                    renamed = vec![false; claimed.len()];
+                }
+            }
+        }
+        for ((p, generation), durable) in claimed.iter().zip(renamed) {
+            let mut unsynced = p.epochs_unsynced.lock();
+            unsynced.claimed = false;
+            if durable && unsynced.pending.is_some() && unsynced.generation == *generation {
+                unsynced.pending = None;
+                p.epochs_unsynced_flag.store(false, Ordering::Release);
+            }
+            p.epochs_synced.notify_all();
+        }
+        // What the batch could not make durable (an error, or a newer change) is written now, each on its own.
+        for (p, _) in &claimed {
+            p.ensure_epochs_durable();
+        }
+    }
+
+    /// Claims the deferred cache for a batch sync; its generation, or None if nothing is deferred.
+    fn claim_epochs(&self) -> Option<u64> {
+        let mut unsynced = self.epochs_unsynced.lock();
+        if unsynced.pending.is_none() || unsynced.claimed {
+            return None;
+        }
+        unsynced.claimed = true;
+        Some(unsynced.generation)
+    }
+
+    /// Writes the claimed cache to the staging file (no fsync), if it is still `generation`. True if written.
+    fn stage_epochs(&self, generation: u64) -> bool {
+        let unsynced = self.epochs_unsynced.lock();
+        let Some(epochs) = unsynced
+            .pending
+            .as_ref()
+            .filter(|_| unsynced.generation == generation)
+        else {
+            return false;
+        };
+        match checkpoints::stage_leader_epochs(&self.dir, epochs) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(partition = %self.name(), error = %e, "cannot stage the leader-epoch checkpoint; writing it on its own");
+                false
+            }
+        }
+    }
+
+    /// Renames the (synced) staging file over the checkpoint if the cache is still the one staged; else
+    /// removes it. True if renamed.
+    fn publish_staged_epochs(&self, generation: u64) -> bool {
+        let unsynced = self.epochs_unsynced.lock();
+        let current = unsynced.pending.is_some() && unsynced.generation == generation;
+        match checkpoints::publish_staged_leader_epochs(&self.dir, current) {
+            Ok(()) => current,
+            Err(e) => {
+                tracing::warn!(partition = %self.name(), error = %e, "cannot rename the staged leader-epoch checkpoint; writing it on its own");
+                false
+            }
         }
     }
 
@@ -480,6 +645,7 @@ impl Partition {
     ) -> Result<LeaderAppend, PartitionError> {
         let state = self.state.read();
         self.check_leader(&state, -1)?;
+        self.ensure_epochs_durable();
         let min_isr = state.config.min_insync_replicas;
         if required_acks == -1 && (state.isr.len() as i64) < i64::from(min_isr) {
             return Err(PartitionError::NotEnoughReplicas {
@@ -920,6 +1086,10 @@ impl Partition {
         {
             return Ok(false);
         }
+        if !batches.is_empty() {
+            // The epochs of a leadership change first (they may hold one this follower appends after).
+            self.ensure_epochs_durable();
+        }
         let mut log = self.log.lock();
         let storage = |source| PartitionError::Log {
             partition: self.name(),
@@ -1238,7 +1408,9 @@ impl Partition {
     }
 
     /// Stops the group commit (its flusher thread holds the log) and returns the log if nothing else holds it.
+    /// A deferred leader-epoch cache is written first.
     pub(crate) fn into_log(self) -> Option<Log> {
+        self.ensure_epochs_durable();
         drop(self.commit);
         Arc::try_unwrap(self.log).ok().map(|l| l.0.into_inner())
     }
@@ -1607,6 +1779,41 @@ mod tests {
             vec![(1, 7)],
             "3's last catch-up is also too old"
         );
+    }
+
+    /// A leadership change defers its leader-epoch checkpoint; the first append of the epoch writes it before
+    /// the record, and a batch sync writes the others (staging file renamed, nothing left behind).
+    #[test]
+    fn leader_epoch_checkpoints_are_durable_before_a_record_of_their_epoch() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let pa = Arc::new(open(a.path(), PartitionConfig::default()));
+        let pb = Arc::new(open(b.path(), PartitionConfig::default()));
+        pa.make_leader(0, 0, vec![1], vec![1]);
+        pb.make_leader(0, 0, vec![1], vec![1]);
+        assert_eq!(checkpoints::read_leader_epochs(a.path()), None, "deferred");
+        pa.append_records_to_leader(&mut batch(), 1, 0).unwrap();
+        assert_eq!(
+            checkpoints::read_leader_epochs(a.path()),
+            Some(vec![(0, 0)])
+        );
+        pa.make_leader(3, 0, vec![1], vec![1]);
+        Partition::sync_leader_epochs_of(&[pa.clone(), pb.clone()]);
+        assert_eq!(
+            checkpoints::read_leader_epochs(a.path()),
+            Some(vec![(0, 0), (3, 1)])
+        );
+        assert_eq!(
+            checkpoints::read_leader_epochs(b.path()),
+            Some(vec![(0, 0)])
+        );
+        for dir in [a.path(), b.path()] {
+            assert!(!checkpoints::staged_leader_epochs_path(dir).exists());
+        }
+        assert!(!pa.epochs_unsynced_flag.load(Ordering::Acquire));
+        // Nothing deferred: a batch sync writes nothing.
+        std::fs::remove_file(b.path().join(checkpoints::LEADER_EPOCH_CHECKPOINT)).unwrap();
+        Partition::sync_leader_epochs_of(&[pb.clone()]);
+        assert_eq!(checkpoints::read_leader_epochs(b.path()), None);
     }
 
     #[test]
