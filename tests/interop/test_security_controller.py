@@ -162,3 +162,27 @@ def test_replication_and_controller_failover_over_the_ssl_controller_listener(cl
     produce(bootstrap, topic, after)
     got = consume_all(victim.bootstrap, topic, 3 * RECORDS)
     assert sorted(got) == sorted(before + during + after)
+
+
+def test_split_roles_over_the_ssl_controller_listener(tmp_path_factory):
+    """Three controller-only nodes and two broker-only ones: the brokers register, heartbeat and forward admin
+    requests over TLS to the controllers, and follow the metadata log (Annal: pushed to their broker listener)."""
+    c = SslControllerCluster(tmp_path_factory.mktemp("controller-ssl-split"), size=5, controllers=3)
+    try:
+        leader = c.start()
+        assert leader in {1, 2, 3}
+        brokers = c.broker_nodes()
+        assert sorted(n.node_id for n in brokers) == [4, 5]
+        quorum = brokers[0].describe_quorum()
+        assert sorted(quorum["voters"]) == [1, 2, 3], quorum
+        topic = f"ctrl-ssl-split-{uuid.uuid4().hex[:6]}"
+        admin = AdminClient({"bootstrap.servers": brokers[0].bootstrap})
+        for f in admin.create_topics([NewTopic(topic, PARTITIONS, 2, config={"min.insync.replicas": "2"})],
+                                     operation_timeout=30).values():
+            f.result(timeout=TIMEOUT_S)
+        c.wait_for_leaders(topic, PARTITIONS, via=brokers[1])
+        values = [f"s{i}" for i in range(RECORDS)]
+        produce(brokers[0].bootstrap, topic, values)
+        assert sorted(consume_all(brokers[1].bootstrap, topic, RECORDS)) == sorted(values)
+    finally:
+        c.close()
