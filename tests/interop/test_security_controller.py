@@ -167,7 +167,9 @@ def test_replication_and_controller_failover_over_the_ssl_controller_listener(cl
 def test_split_roles_over_the_ssl_controller_listener(tmp_path_factory):
     """Three controller-only nodes and two broker-only ones: the brokers register, heartbeat and forward admin
     requests over TLS to the controllers, and follow the metadata log (Annal: pushed to their broker listener)."""
-    c = SslControllerCluster(tmp_path_factory.mktemp("controller-ssl-split"), size=5, controllers=3)
+    # Two brokers: the offsets topic (the consumer group's) gets replication factor 2, as Kafka needs.
+    c = SslControllerCluster(tmp_path_factory.mktemp("controller-ssl-split"), size=5, controllers=3,
+                             overrides={"offsets.topic.replication.factor": "2"})
     try:
         leader = c.start()
         assert leader in {1, 2, 3}
