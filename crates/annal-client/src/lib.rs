@@ -77,4 +77,4 @@ pub use crate::groups::{
 };
 pub use crate::partition_admin::{delete_records_error, DeletedRecords};
 pub use crate::sasl::{SaslCredentials, SaslMechanism};
-pub use crate::tls::ClientTls;
+pub use crate::tls::{ClientTls, TlsNetwork};

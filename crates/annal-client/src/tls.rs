@@ -6,7 +6,7 @@
 use std::io;
 use std::sync::Arc;
 
-use crate::net::BoxConnection;
+use crate::net::{BoxConnection, BoxFuture, Network};
 
 /// How connections speak TLS. `Debug` shows nothing of the keys.
 #[derive(Clone)]
@@ -56,6 +56,38 @@ pub(crate) async fn handshake(
         .connect(name, stream)
         .await?;
     Ok(Box::new(stream))
+}
+
+/// A [`Network`] whose connections speak TLS: `inner` connects, then the handshake runs (checking the peer's
+/// certificate against the host of the address). With `only` set, just connections to those addresses are
+/// secured and the rest go out as `inner` made them: the metadata quorum's transport speaks TLS to the voters'
+/// CONTROLLER listener and plain to a broker-only learner's broker listener (docs/decisions/0017-security.md).
+pub struct TlsNetwork {
+    pub inner: Arc<dyn Network>,
+    pub tls: ClientTls,
+    pub only: Option<std::collections::BTreeSet<String>>,
+}
+
+impl Network for TlsNetwork {
+    /// Listening is the inner network's: the server side of TLS is the listener owner's.
+    fn bind(&self, addr: String) -> BoxFuture<'static, io::Result<Box<dyn crate::net::Listener>>> {
+        self.inner.bind(addr)
+    }
+
+    fn connect(&self, addr: String) -> BoxFuture<'static, io::Result<BoxConnection>> {
+        let connect = self.inner.connect(addr.clone());
+        let secure = self.only.as_ref().is_none_or(|only| only.contains(&addr));
+        let tls = self.tls.clone();
+        Box::pin(async move {
+            let stream = connect.await?;
+            if !secure {
+                return Ok(stream);
+            }
+            handshake(stream, &addr, &tls).await.map_err(|e| {
+                io::Error::new(e.kind(), format!("TLS handshake with {addr} failed: {e}"))
+            })
+        })
+    }
 }
 
 #[cfg(test)]

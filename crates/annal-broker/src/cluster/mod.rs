@@ -147,6 +147,22 @@ impl ClusterRuntime {
         if let Some(network) = &env.network {
             node_env.network = network.clone();
         }
+        // An SSL controller listener: the quorum's transport speaks TLS to the voters (a broker-only learner is
+        // pushed to on its broker listener, as before) and the controller channel to every controller.
+        let controller_tls = crate::security::controller_client_tls(config)?;
+        let controller_network =
+            |inner: Arc<dyn annal_client::net::Network>, only| match &controller_tls {
+                None => inner,
+                Some(tls) => Arc::new(annal_client::TlsNetwork {
+                    inner,
+                    tls: tls.clone(),
+                    only,
+                }) as Arc<dyn annal_client::net::Network>,
+            };
+        node_env.network = controller_network(
+            node_env.network.clone(),
+            Some(voters.values().cloned().collect()),
+        );
         let node = MetadataNode::start_in(
             MetadataNodeConfig {
                 node_id: cluster.node_id,
@@ -184,6 +200,30 @@ impl ClusterRuntime {
             node_env,
         )
         .await?;
+        let controller_listener =
+            match (controller_listener, config.security.controller_ssl.as_ref()) {
+                (Some(listener), Some(ssl)) => {
+                    let name = cluster
+                        .controller_listener()
+                        .map(|l| l.name.as_str())
+                        .unwrap_or("CONTROLLER");
+                    let tls = Arc::new(crate::security::tls::TlsListener::new(name, ssl)?);
+                    if let Some(addr) = listener.local_addr() {
+                        tracing::info!(%addr, "controller listener started (SSL)");
+                    }
+                    tokio::spawn(crate::tls_reload_loop(vec![tls.clone()], stop_rx.clone()));
+                    let accepting: Box<dyn annal_client::net::Listener> = match listener {
+                        crate::BrokerListener::Tcp(l) => {
+                            Box::new(crate::security::tls::TlsAccepting::spawn(l, tls))
+                        }
+                        crate::BrokerListener::Seam(l) => {
+                            Box::new(crate::security::tls::TlsAccepting::spawn(l, tls))
+                        }
+                    };
+                    Some(crate::BrokerListener::Seam(accepting))
+                }
+                (listener, _) => listener,
+            };
         match controller_listener {
             Some(crate::BrokerListener::Tcp(listener)) => {
                 tracing::info!(addr = %listener.local_addr()?, "controller listener started");
@@ -210,7 +250,7 @@ impl ClusterRuntime {
         // CreateTopics with many partitions); a heartbeat must fail well within the session timeout.
         let channel = Arc::new(
             ControllerChannel::new(voters_u64, node.watch_leader(), ADMIN_REQUEST_TIMEOUT)
-                .with_network(env.connector()),
+                .with_network(controller_network(env.connector(), None)),
         );
         let lease_channel = Arc::new(
             ControllerChannel::new(
@@ -221,7 +261,7 @@ impl ClusterRuntime {
                 node.watch_leader(),
                 heartbeat_request_timeout(&cluster.lease),
             )
-            .with_network(env.connector()),
+            .with_network(controller_network(env.connector(), None)),
         );
         let (want_shutdown, _) = watch::channel(false);
         let (_, lease) = watch::channel(LeaseState::default());

@@ -94,6 +94,9 @@ pub struct Listeners {
     /// `controller.listener.names`: on a broker-only node, the first one is the name (and protocol) it uses to
     /// reach the controllers.
     pub controller_names: Vec<String>,
+    /// The security protocol of the first of `controller_names` (PLAINTEXT or SSL): what the quorum's transport
+    /// and the brokers' controller channel speak.
+    pub controller_protocol: SecurityProtocol,
     /// `inter.broker.listener.name` (PLAINTEXT): the listener other brokers fetch from. On a node with the broker
     /// role it names one of [`Listeners::broker`].
     pub inter_broker_name: String,
@@ -317,14 +320,17 @@ pub(super) fn resolve(
         }
     }
     for l in &controller {
-        require_plaintext(l.name.as_str(), l.protocol, "the controller listener")?;
+        require_no_sasl(l.name.as_str(), l.protocol)?;
     }
-    if !roles.controller {
-        if let Some(name) = controller_names.first() {
+    // The protocol the quorum and the brokers speak to the controllers: the first controller listener's.
+    let controller_protocol = match controller_names.first() {
+        Some(name) => {
             let p = protocol_of(&protocols, name, "controller.listener.names")?;
-            require_plaintext(name, p, "the controller listener")?;
+            require_no_sasl(name, p)?;
+            p
         }
-    }
+        None => SecurityProtocol::Plaintext,
+    };
     match (
         explicit.get("security.inter.broker.protocol"),
         explicit.contains_key("inter.broker.listener.name"),
@@ -371,6 +377,7 @@ pub(super) fn resolve(
         broker,
         controller,
         controller_names,
+        controller_protocol,
         inter_broker_name,
     };
     let quorum = quorum(explicit, implicit, roles, node_id, &listeners)?;
@@ -551,22 +558,22 @@ fn protocol_of(
     }
 }
 
-/// The controller listener speaks PLAINTEXT only: the quorum transport and the brokers' controller channel have
-/// no TLS or SASL yet (docs/decisions/0017-security.md). The inter-broker listener may be secured.
-fn require_plaintext(
-    name: &str,
-    protocol: SecurityProtocol,
-    role: &str,
-) -> Result<(), SettingError> {
-    if protocol == SecurityProtocol::Plaintext {
+/// The controller listener may speak PLAINTEXT or SSL (with mutual TLS); SASL is not supported on it yet: the
+/// quorum's transport and the brokers' controller channel would have to log in, and the controller listener to
+/// run the SASL exchange (docs/decisions/0017-security.md).
+fn require_no_sasl(name: &str, protocol: SecurityProtocol) -> Result<(), SettingError> {
+    if matches!(
+        protocol,
+        SecurityProtocol::Plaintext | SecurityProtocol::Ssl
+    ) {
         return Ok(());
     }
     Err(SettingError::new(
         "listener.security.protocol.map",
         format!(
-            "listener {name} is {role} and uses {}; the quorum's connections speak PLAINTEXT only for now: \
-             map {name}:PLAINTEXT and keep the controller listener on a private interface (the client and \
-             inter-broker listeners can be secured)",
+            "listener {name} is the controller listener and uses {}; Annal secures the controller listener with \
+             SSL only for now (set ssl.client.auth=required on it to authenticate the nodes): map {name}:SSL or \
+             {name}:PLAINTEXT (the client and inter-broker listeners can use SASL)",
             protocol.name()
         ),
     ))

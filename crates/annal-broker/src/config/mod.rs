@@ -581,7 +581,15 @@ impl BrokerConfig {
             .ok_or_else(|| anyhow!("listeners: this node has no listener to serve"))?;
         let listen = served.bind.to_string();
         let advertised = served.advertised.clone().map(|e| (e.host, e.port));
-        let mut security = security::resolve(&explicit, &cluster.listeners.broker)?;
+        let mut security = security::resolve(
+            &explicit,
+            &cluster.listeners.broker,
+            cluster
+                .listeners
+                .controller_names
+                .first()
+                .map(|n| (n.as_str(), cluster.listeners.controller_protocol)),
+        )?;
         security.inter_broker_sasl = security::inter_broker_sasl(
             &explicit,
             &security,

@@ -79,6 +79,10 @@ pub struct SecurityConfig {
     /// How this broker logs in on the other brokers' inter-broker listener when that listener speaks SASL
     /// ([`inter_broker_sasl`]); `None` on a PLAINTEXT or SSL inter-broker listener.
     pub inter_broker_sasl: Option<InterBrokerSasl>,
+    /// The controller listener's TLS (`listener.name.<controller>.ssl.*`, then `ssl.*`) when it speaks SSL: the
+    /// server side on a controller, and the client side of the quorum's transport and of the brokers'
+    /// controller channel on every node. `None` on a PLAINTEXT controller listener.
+    pub controller_ssl: Option<SslSettings>,
 }
 
 /// The credentials of this broker's own SASL logins on the inter-broker listener. `Debug` leaves the password
@@ -250,9 +254,12 @@ impl ListenerView<'_> {
 }
 
 /// Resolves the security of every broker listener. Bad combinations name the setting to fix.
+/// `controller` is the listener the node reaches the controllers on (the first of `controller.listener.names`)
+/// and its protocol: only its `ssl.*` settings are read (SASL is refused on it by the cluster settings).
 pub fn resolve(
     explicit: &BTreeMap<String, String>,
     broker_listeners: &[Listener],
+    controller: Option<(&str, SecurityProtocol)>,
 ) -> Result<SecurityConfig, SettingError> {
     for key in explicit.keys() {
         if let Some(rest) = key.strip_prefix("listener.name.") {
@@ -260,6 +267,7 @@ pub fn resolve(
             if !broker_listeners
                 .iter()
                 .any(|l| l.name.eq_ignore_ascii_case(listener))
+                && !controller.is_some_and(|(name, _)| name.eq_ignore_ascii_case(listener))
             {
                 return Err(SettingError::new(
                     "listeners",
@@ -309,10 +317,21 @@ pub fn resolve(
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
     };
+    let controller_ssl = match controller {
+        Some((name, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)) => {
+            let view = ListenerView {
+                explicit,
+                prefix: format!("listener.name.{}.", name.to_ascii_lowercase()),
+            };
+            Some(ssl_settings(&view, name)?)
+        }
+        _ => None,
+    };
     let authorizer = authorizer_settings(explicit)?;
     Ok(SecurityConfig {
         authorizer,
         inter_broker_sasl: None,
+        controller_ssl,
         listeners,
         failed_authentication_delay_ms: num("connection.failed.authentication.delay.ms").max(0)
             as u64,

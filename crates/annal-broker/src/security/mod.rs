@@ -92,6 +92,28 @@ impl InterBrokerClient {
     }
 }
 
+/// The TLS of this node's own connections to the controllers' CONTROLLER listener when it speaks SSL (the
+/// quorum's transport between controllers, the brokers' controller channel): the controller listener's
+/// truststore checks the controllers' certificates and its keystore is this node's client certificate, as
+/// Kafka's controller clients use `listener.name.<controller>.ssl.*`. `None` on a PLAINTEXT controller listener.
+pub fn controller_client_tls(
+    config: &crate::config::BrokerConfig,
+) -> anyhow::Result<Option<annal_client::ClientTls>> {
+    let Some(ssl) = &config.security.controller_ssl else {
+        return Ok(None);
+    };
+    let name = config
+        .cluster
+        .listeners
+        .controller_names
+        .first()
+        .map(String::as_str)
+        .unwrap_or("CONTROLLER");
+    Ok(Some(annal_client::ClientTls {
+        config: Arc::new(tls::client_config(name, ssl)?),
+    }))
+}
+
 /// What a connection needs to know about the listener it came in on.
 pub struct ListenerContext {
     /// Upper case, as in `listeners`.

@@ -184,8 +184,8 @@ pub fn client_config(
     let setup = || -> anyhow::Result<rustls::ClientConfig> {
         let Some(trust) = &settings.truststore else {
             anyhow::bail!(
-                "it is the inter-broker listener, so this broker connects to it too, and it has no truststore \
-                 to check the other brokers' certificates with: set ssl.truststore.location (PEM CA \
+                "it is the inter-broker or controller listener, so this node connects to it too, and it has no \
+                 truststore to check the other nodes' certificates with: set ssl.truststore.location (PEM CA \
                  certificates) or ssl.truststore.certificates (per listener: listener.name.{}.ssl.truststore.*)",
                 listener.to_ascii_lowercase()
             );
@@ -218,8 +218,87 @@ pub fn client_config(
             })
     };
     setup().with_context(|| {
-        format!("listener {listener}: cannot set up TLS for inter-broker connections")
+        format!("listener {listener}: cannot set up TLS for this node's own connections to it")
     })
+}
+
+/// TLS connections handshaken at once on a [`TlsAccepting`] listener; more are closed unanswered.
+const HANDSHAKES_MAX: usize = 64;
+
+/// A listener whose connections come out after their TLS handshake: the controller listener on SSL, which the
+/// metadata quorum serves itself (`annal_metadata::listener::serve` reads plain frames). A task accepts from the
+/// inner listener and runs every handshake apart (bounded by [`super::TLS_HANDSHAKE_TIMEOUT`] and
+/// [`HANDSHAKES_MAX`]), so a peer that connects and stays silent holds up nobody; it stops when this listener is
+/// dropped. With `ssl.client.auth=required` a node without a certificate the truststore vouches for is refused
+/// in the handshake (any such certificate is accepted: the controller listener does not authorize by principal).
+pub struct TlsAccepting {
+    accepted: tokio::sync::mpsc::Receiver<(annal_client::net::BoxConnection, std::net::SocketAddr)>,
+}
+
+impl TlsAccepting {
+    pub fn spawn<L: annal_client::net::Listener>(
+        mut inner: L,
+        tls: Arc<TlsListener>,
+    ) -> TlsAccepting {
+        let (tx, accepted) = tokio::sync::mpsc::channel(HANDSHAKES_MAX);
+        let slots = Arc::new(tokio::sync::Semaphore::new(HANDSHAKES_MAX));
+        tokio::spawn(async move {
+            loop {
+                let (stream, peer) = tokio::select! {
+                    biased;
+                    _ = tx.closed() => return,
+                    a = inner.accept() => match a {
+                        Ok(a) => a,
+                        Err(e) => {
+                            tracing::warn!(listener = %tls.listener, error = %e, "accept failed");
+                            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    },
+                };
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    tracing::warn!(listener = %tls.listener, %peer, "too many TLS handshakes at once; closing a new connection");
+                    continue;
+                };
+                let (acceptor, tx, name) = (tls.acceptor(), tx.clone(), tls.listener.clone());
+                tokio::spawn(async move {
+                    let handshake =
+                        tokio::time::timeout(super::TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+                            .await;
+                    drop(slot);
+                    match handshake {
+                        Ok(Ok(stream)) => {
+                            let _ = tx
+                                .send((Box::new(stream) as annal_client::net::BoxConnection, peer))
+                                .await;
+                        }
+                        Ok(Err(e)) => {
+                            tracing::warn!(listener = %name, %peer, error = %e, "TLS handshake failed")
+                        }
+                        Err(_) => {
+                            tracing::warn!(listener = %name, %peer, "TLS handshake did not finish in time")
+                        }
+                    }
+                });
+            }
+        });
+        TlsAccepting { accepted }
+    }
+}
+
+impl annal_client::net::Listener for TlsAccepting {
+    fn accept(
+        &mut self,
+    ) -> annal_client::net::BoxFuture<
+        '_,
+        std::io::Result<(annal_client::net::BoxConnection, std::net::SocketAddr)>,
+    > {
+        Box::pin(async move {
+            self.accepted.recv().await.ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the TLS accept task ended")
+            })
+        })
+    }
 }
 
 fn setting_of(s: &PemSource) -> &str {

@@ -642,7 +642,8 @@ fn bad_security_settings_name_the_setting() {
             ][..],
             "GSSAPI",
         ),
-        // The inter-broker listener may be secured (decision 0017); the controller listener may not yet.
+        // The inter-broker and controller listeners may be secured (decision 0017); SASL on the controller
+        // listener is not supported yet.
         (
             &[
                 "process.roles=broker,controller",
@@ -650,9 +651,9 @@ fn bad_security_settings_name_the_setting() {
                 "controller.quorum.voters=1@127.0.0.1:19093",
                 "listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:19093",
                 "controller.listener.names=CONTROLLER",
-                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:SSL",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_SSL",
             ][..],
-            "the quorum's connections speak PLAINTEXT only",
+            "secures the controller listener with SSL only",
         ),
         (
             &[
