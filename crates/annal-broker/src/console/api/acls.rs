@@ -144,6 +144,19 @@ const CONCRETE_RESOURCE_TYPES: &[i8] = &[
 const CONCRETE_PERMISSIONS: &[i8] = &[permission::DENY, permission::ALLOW];
 const CONCRETE_PATTERNS: &[i8] = &[pattern::LITERAL, pattern::PREFIXED];
 
+/// A Kafka answer's error code as a result: the error names what failed (`what`) and what the code means.
+fn kafka_result(
+    code: i16,
+    message: &Option<StrBytes>,
+    what: impl FnOnce() -> String,
+) -> ApiResult<()> {
+    if code == 0 {
+        return Ok(());
+    }
+    let detail = annal_client::errors::describe(code, message.as_deref());
+    Err(ApiError::kafka(code, format!("{}: {detail}", what())))
+}
+
 fn s(text: &str) -> StrBytes {
     StrBytes::from_string(text.to_string())
 }
@@ -207,16 +220,9 @@ async fn describe(client: &mut Client, filter: &Filter) -> ApiResult<Vec<Acl>> {
         .admin_request(&filter.describe_request(), ACL_VERSIONS)
         .await
         .map_err(ApiError::from_client)?;
-    if response.error_code != 0 {
-        let message = response.error_message.as_ref().map(|m| m.to_string());
-        return Err(ApiError::kafka(
-            response.error_code,
-            format!(
-                "cannot list ACLs: {}",
-                annal_client::errors::describe(response.error_code, message.as_deref())
-            ),
-        ));
-    }
+    kafka_result(response.error_code, &response.error_message, || {
+        "cannot list ACLs".into()
+    })?;
     let mut acls: Vec<Acl> = response
         .resources
         .iter()
@@ -353,20 +359,12 @@ pub async fn create(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
             .await
             .map_err(ApiError::from_client)?;
         match response.results.first() {
-            Some(r) if r.error_code != 0 => {
-                let message = r.error_message.as_ref().map(|m| m.to_string());
-                Err(ApiError::kafka(
-                    r.error_code,
-                    format!(
-                        "cannot create the ACL for {} on {} '{}': {}",
-                        shown.principal,
-                        shown.resource_type,
-                        shown.resource_name,
-                        annal_client::errors::describe(r.error_code, message.as_deref())
-                    ),
-                ))
-            }
-            Some(_) => Ok(()),
+            Some(r) => kafka_result(r.error_code, &r.error_message, || {
+                format!(
+                    "cannot create the ACL for {} on {} '{}'",
+                    shown.principal, shown.resource_type, shown.resource_name
+                )
+            }),
             None => Err(ApiError::from_client(anyhow::anyhow!(
                 "the broker answered CreateAcls without a result"
             ))),
@@ -431,16 +429,9 @@ pub async fn delete_acls(ctx: Ctx, RawQuery(raw): RawQuery, body: Bytes) -> ApiR
                 "the broker answered DeleteAcls without a result"
             )));
         };
-        if result.error_code != 0 {
-            let message = result.error_message.as_ref().map(|m| m.to_string());
-            return Err(ApiError::kafka(
-                result.error_code,
-                format!(
-                    "cannot delete ACLs: {}",
-                    annal_client::errors::describe(result.error_code, message.as_deref())
-                ),
-            ));
-        }
+        kafka_result(result.error_code, &result.error_message, || {
+            "cannot delete ACLs".into()
+        })?;
         Ok(result
             .matching_acls
             .iter()
@@ -493,16 +484,9 @@ pub async fn list_users(ctx: Ctx) -> ApiResult<Response> {
             .admin_request(&request, SCRAM_VERSIONS)
             .await
             .map_err(ApiError::from_client)?;
-        if response.error_code != 0 {
-            let message = response.error_message.as_ref().map(|m| m.to_string());
-            return Err(ApiError::kafka(
-                response.error_code,
-                format!(
-                    "cannot list SCRAM users: {}",
-                    annal_client::errors::describe(response.error_code, message.as_deref())
-                ),
-            ));
-        }
+        kafka_result(response.error_code, &response.error_message, || {
+            "cannot list SCRAM users".into()
+        })?;
         let mut users: Vec<User> = response
             .results
             .iter()
@@ -541,17 +525,9 @@ fn alter_error(
     what: &str,
 ) -> ApiResult<()> {
     match response.results.iter().find(|r| r.error_code != 0) {
-        Some(r) => {
-            let message = r.error_message.as_ref().map(|m| m.to_string());
-            Err(ApiError::kafka(
-                r.error_code,
-                format!(
-                    "cannot {what} user '{}': {}",
-                    r.user,
-                    annal_client::errors::describe(r.error_code, message.as_deref())
-                ),
-            ))
-        }
+        Some(r) => kafka_result(r.error_code, &r.error_message, || {
+            format!("cannot {what} user '{}'", r.user)
+        }),
         None => Ok(()),
     }
 }
@@ -629,13 +605,9 @@ pub async fn delete_user(ctx: Ctx, Path(name): Path<String>) -> ApiResult<Respon
             .admin_request(&describe, SCRAM_VERSIONS)
             .await
             .map_err(ApiError::from_client)?;
-        if described.error_code != 0 {
-            let message = described.error_message.as_ref().map(|m| m.to_string());
-            return Err(ApiError::kafka(
-                described.error_code,
-                annal_client::errors::describe(described.error_code, message.as_deref()),
-            ));
-        }
+        kafka_result(described.error_code, &described.error_message, || {
+            format!("cannot look up SCRAM user '{name}'")
+        })?;
         let mechanisms: Vec<i8> = described
             .results
             .iter()
