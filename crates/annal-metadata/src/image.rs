@@ -609,7 +609,7 @@ impl MetadataImage {
                 }
             }
         } else {
-            if !(r.value > 0.0) || r.value.is_infinite() {
+            if !r.value.is_finite() || r.value <= 0.0 {
                 return Err(format!("quota {} has value {}", r.key, r.value));
             }
             self.client_quotas

@@ -221,9 +221,13 @@ impl MetadataNode {
             config.data_dir.display(),
             config.cluster_id
         );
+        let mut controller_config = config.controller;
+        // Leases start when a registration or heartbeat is answered, by the node's clock (the simulator's under
+        // simulation).
+        controller_config.clock.get_or_insert(env::now);
         let controller = is_voter.then(|| {
             Arc::new(Controller::new(
-                config.controller,
+                controller_config,
                 Arc::new(QuorumWriter {
                     quorum: quorum.clone(),
                     state: state.clone(),

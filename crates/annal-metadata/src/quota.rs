@@ -110,7 +110,7 @@ pub fn value_error(entity: &QuotaEntity, key: &str, value: f64) -> Option<String
         return Some(format!("Invalid configuration key {key}"));
     };
     // NaN fails `> 0` too; Kafka would store it, but a NaN quota can neither throttle nor be compared.
-    if !(value > 0.0) || value.is_infinite() {
+    if !value.is_finite() || value <= 0.0 {
         return Some(format!("Quota {key} must be greater than 0"));
     }
     let too_large = match kind {

@@ -18,19 +18,23 @@ use crate::records::{
     MetadataRecord, ProducerIdsRecord, RegisterBrokerRecord, UnfenceBrokerRecord,
 };
 
-/// The records that fence `broker` (epoch `epoch`) and move its partitions: FenceBrokerRecord, then one
-/// PartitionChangeRecord per partition it led or was in sync for.
+/// The records that fence `broker` (epoch `epoch`) and move its partitions: one PartitionChangeRecord per
+/// partition it led or was in sync for, then the FenceBrokerRecord. The fence comes last, as in Kafka's
+/// `handleBrokerFenced`, because the records may span batches ([`MetadataWriter::write_in_batches`]): a
+/// controller that fails part-way leaves the broker unfenced with its lease lapsed, so the next active
+/// controller fences it again and moves what is left.
 fn fence_records(
     image: &MetadataImage,
     policies: &election::Policies<'_>,
     broker: i32,
     epoch: i64,
 ) -> Vec<MetadataRecord> {
-    let mut records = vec![MetadataRecord::FenceBroker(FenceBrokerRecord {
+    let mut records: Vec<MetadataRecord> =
+        changes(election::move_off_broker(image, policies, broker)).collect();
+    records.push(MetadataRecord::FenceBroker(FenceBrokerRecord {
         id: broker,
         epoch,
-    })];
-    records.extend(changes(election::move_off_broker(image, policies, broker)));
+    }));
     records
 }
 
@@ -131,12 +135,14 @@ impl Controller {
             in_controlled_shutdown: false,
             log_dirs: Vec::new(),
         }));
-        match self.writer.write(records).await {
+        // The fence of the old incarnation and its partition changes first, the registration last: a failure
+        // part-way is repaired by the broker registering again.
+        match self.writer.write_in_batches(records).await {
             Ok(offset) => {
                 state.leases.insert(
                     id,
                     Lease {
-                        deadline: now + self.config.session_timeout,
+                        deadline: self.answered_at(now) + self.config.session_timeout,
                         confirmed: true,
                         registration_offset: offset,
                     },
@@ -174,16 +180,20 @@ impl Controller {
             .is_ok_and(|o| o >= lease.registration_offset);
 
         let mut records = Vec::new();
-        if req.want_shut_down && !broker.in_controlled_shutdown {
-            records.push(MetadataRecord::BrokerRegistrationChange(
-                BrokerRegistrationChangeRecord {
-                    broker_id: id,
-                    broker_epoch: broker.epoch,
-                    fenced: 0,
-                    in_controlled_shutdown: 1,
-                    log_dirs: Vec::new(),
-                },
-            ));
+        if req.want_shut_down {
+            if !broker.in_controlled_shutdown {
+                records.push(MetadataRecord::BrokerRegistrationChange(
+                    BrokerRegistrationChangeRecord {
+                        broker_id: id,
+                        broker_epoch: broker.epoch,
+                        fenced: 0,
+                        in_controlled_shutdown: 1,
+                        log_dirs: Vec::new(),
+                    },
+                ));
+            }
+            // Every heartbeat of a broker shutting down moves what it still leads: a move that failed part-way
+            // (it spans batches) is finished by the next one. Nothing is written once it has moved.
             records.extend(changes(election::move_off_broker(
                 &image,
                 &self.policies(&image),
@@ -209,8 +219,12 @@ impl Controller {
         }
         let mut error_code = NONE;
         if !records.is_empty() {
-            if let Err(e) = self.writer.write(records).await {
+            if let Err(e) = self.writer.write_in_batches(records).await {
                 error_code = e.code();
+            }
+            let answered = self.answered_at(now);
+            if let Some(lease) = state.leases.get_mut(&id) {
+                lease.deadline = lease.deadline.max(answered + self.config.session_timeout);
             }
         }
         let image = self.writer.image();
@@ -228,6 +242,9 @@ impl Controller {
     /// Fences every unfenced broker whose lease has lapsed, moving its leaderships; elects uncleanly where a
     /// topic allows it and a partition is offline; and, when due, rebalances leaders to preferred replicas. Call
     /// it periodically (every few hundred ms; Kafka checks on a timer) with the current time.
+    ///
+    /// A tick that waited for the lock behind a long operation judges leases by its `now` from before the wait:
+    /// earlier than the real time, so it can only fence later, never sooner.
     pub async fn tick(&self, now: Instant) -> Result<(), WriteError> {
         let mut state = self.state.lock().await;
         let image = self.writer.image();
@@ -243,12 +260,14 @@ impl Controller {
             let image = self.writer.image();
             tracing::info!(broker = id, "fencing broker: its session lease lapsed");
             let records = fence_records(&image, &self.policies(&image), id, epoch);
-            self.writer.write(records).await?;
+            self.writer.write_in_batches(records).await?;
         }
         let image = self.writer.image();
-        let unclean = election::elect_unclean_offline(&image, &self.policies(&image));
-        if !unclean.is_empty() {
-            self.writer.write(changes(unclean).collect()).await?;
+        let offline = election::elect_offline(&image, &self.policies(&image));
+        if !offline.is_empty() {
+            self.writer
+                .write_in_batches(changes(offline).collect())
+                .await?;
         }
         self.maybe_rebalance(&mut state, now).await
     }
@@ -269,7 +288,7 @@ impl Controller {
             _ => return Ok(false),
         }
         let records = fence_records(&image, &self.policies(&image), id, epoch);
-        self.writer.write(records).await?;
+        self.writer.write_in_batches(records).await?;
         // The old process is gone: its lease ends now, so its next incarnation registers at once rather than
         // being refused as a duplicate until the lease would have lapsed.
         if let Some(lease) = state.leases.get_mut(&id) {
@@ -296,6 +315,12 @@ impl Controller {
                 registration_offset: image.last_applied_offset.unwrap_or(0),
             });
         }
+    }
+
+    /// When a registration or heartbeat that arrived at `now` is answered: the clock's time after its writes,
+    /// if the controller has a clock ([`super::ControllerConfig::clock`]).
+    fn answered_at(&self, now: Instant) -> Instant {
+        self.config.clock.map_or(now, |clock| clock().max(now))
     }
 
     /// AllocateProducerIds (67): the next block of `producer_id_block_size` ids, recorded before it is handed out

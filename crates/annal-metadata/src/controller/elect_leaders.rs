@@ -90,7 +90,7 @@ impl Controller {
             results.push(result);
         }
         if !records.is_empty() {
-            if let Err(e) = self.writer.write(records).await {
+            if let Err(e) = self.writer.write_in_batches(records).await {
                 for r in &mut results {
                     for p in &mut r.partition_result {
                         if p.error_code == NONE {

@@ -202,33 +202,15 @@ pub fn elect_offline_with(
     updates(image, policies, transition, |p| p.leader == NO_LEADER)
 }
 
-/// Offline partitions of topics with unclean election enabled get any live replica (run on the controller's
-/// tick, as Kafka's `maybeElectUncleanLeaders`, so turning the config on takes effect).
-pub fn elect_unclean_offline(
-    image: &MetadataImage,
-    policies: &Policies<'_>,
-) -> Vec<PartitionChangeRecord> {
-    let mut changes = Vec::new();
-    let acceptable = |r: i32| image.broker(r).is_some_and(|b| b.is_usable());
-    for topic in image.topics.values() {
-        let policy = policies.topic(topic);
-        if !policy.unclean {
-            continue;
-        }
-        for (index, p) in &topic.partitions {
-            if p.leader != NO_LEADER {
-                continue;
-            }
-            if let Some(d) = PartitionChange::new(p, topic.id, *index, &acceptable, policy.min_isr)
-                .election(Election::Unclean)
-                .build()
-            {
-                log_unclean(&topic.name, *index, &d);
-                changes.push(d.record);
-            }
-        }
-    }
-    changes
+/// Offline partitions get a leader where one is electable now (run on the controller's tick): an in-sync (or
+/// eligible) replica that is usable, or, for topics with unclean election enabled, any live replica (Kafka's
+/// `maybeElectUncleanLeaders`, so turning the config on takes effect). The clean half finishes an unfencing
+/// whose elections spanned batches and failed part-way ([`super::MetadataWriter::write_in_batches`]); when
+/// nothing failed there is nothing for it to do.
+pub fn elect_offline(image: &MetadataImage, policies: &Policies<'_>) -> Vec<PartitionChangeRecord> {
+    updates(image, policies, Transition::default(), |p| {
+        p.leader == NO_LEADER
+    })
 }
 
 /// One partition's election among usable brokers (ElectLeaders, auto rebalance); `None` if nothing changes.

@@ -59,6 +59,13 @@ pub use writer::InMemoryWriter;
 /// A boxed future, so [`MetadataWriter`] is object safe without `async_trait`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// At most this many records go in one metadata batch when an operation need not be atomic (Kafka's
+/// `maxRecordsPerBatch`). Fencing, unfencing or shutting down a broker writes one PartitionChange per partition
+/// it leads or follows in sync: for 100,000 partitions that is ~17 MB of entry, far over one quorum entry
+/// (`max_rpc_bytes / 2`), so as one batch it was refused every time and the broker never came back (issue 19).
+/// 2,000 PartitionChanges with seven-replica lists are ~1 MB of entry (`batched_records_fit_one_entry`).
+pub const MAX_RECORDS_PER_BATCH: usize = 2_000;
+
 /// Where the controller's records go: the quorum, or an in-memory log.
 pub trait MetadataWriter: Send + Sync {
     /// Appends the records as one atomic batch; resolves once committed and applied to the image, with the
@@ -66,6 +73,34 @@ pub trait MetadataWriter: Send + Sync {
     fn write(&self, records: Vec<MetadataRecord>) -> BoxFuture<'_, Result<u64, WriteError>>;
     /// The latest committed image.
     fn image(&self) -> Arc<MetadataImage>;
+
+    /// Appends records of an operation that need not be atomic as consecutive batches of at most
+    /// [`MAX_RECORDS_PER_BATCH`], in order, and resolves with the last batch's offset (Kafka's non-atomic
+    /// `ControllerResult`). A failure part-way leaves a committed prefix, so callers order their records so
+    /// that every prefix is a state the controller repairs by deciding again: the record that completes the
+    /// transition (a FenceBrokerRecord, a RegisterBrokerRecord) comes last, or the next heartbeat or tick
+    /// recomputes what is missing.
+    fn write_in_batches(
+        &self,
+        records: Vec<MetadataRecord>,
+    ) -> BoxFuture<'_, Result<u64, WriteError>> {
+        Box::pin(async move {
+            if records.len() <= MAX_RECORDS_PER_BATCH {
+                return self.write(records).await;
+            }
+            let mut records = records.into_iter();
+            let mut last = None;
+            loop {
+                let batch: Vec<MetadataRecord> =
+                    records.by_ref().take(MAX_RECORDS_PER_BATCH).collect();
+                if batch.is_empty() {
+                    break;
+                }
+                last = Some(self.write(batch).await?);
+            }
+            Ok(last.expect("more than MAX_RECORDS_PER_BATCH records make at least one batch"))
+        })
+    }
 }
 
 /// Why a batch was not committed.
@@ -131,6 +166,13 @@ pub struct ControllerConfig {
     /// leader.imbalance.per.broker.percentage: a broker's share of partitions it prefers but does not lead above
     /// which the rebalance moves them back.
     pub leader_imbalance_per_broker_percentage: u32,
+    /// The clock a registration or heartbeat reads once its records are committed, to start the broker's lease
+    /// from the answer rather than from the request's arrival: moving 100,000 leaderships is many batches and
+    /// can take longer than the session timeout, and the broker, waiting for that answer, sends its next
+    /// heartbeat only an interval after it. `None` (the tests' default) starts leases at the request's `now`.
+    /// The node passes its monotonic clock (the simulator's, under simulation), so decisions stay
+    /// deterministic.
+    pub clock: Option<fn() -> Instant>,
 }
 
 impl Default for ControllerConfig {
@@ -150,6 +192,7 @@ impl Default for ControllerConfig {
             auto_leader_rebalance_enable: true,
             leader_imbalance_check_interval: Duration::from_secs(300),
             leader_imbalance_per_broker_percentage: 10,
+            clock: None,
         }
     }
 }

@@ -1255,3 +1255,6 @@ async fn alter_client_quotas_follows_kafkas_client_quota_control_manager() {
     assert_eq!(resp.entries[0].error_code, NONE);
     assert!(h.image().client_quotas.is_empty());
 }
+
+#[path = "batch_tests.rs"]
+mod batch_tests;
