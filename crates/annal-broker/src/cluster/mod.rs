@@ -69,6 +69,9 @@ pub struct ClusterRuntime {
     lease: watch::Receiver<LeaseState>,
     want_shutdown: watch::Sender<bool>,
     lifecycle: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The task applying metadata images to the partitions: shutdown waits for it, so no apply (which opens,
+    /// creates and holds partitions) runs while the partitions are closed.
+    image_watcher: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Stops the controller listener and the image watcher.
     stop: watch::Sender<bool>,
     /// The listener name clients use (Metadata answers each broker's endpoint of this name).
@@ -276,6 +279,7 @@ impl ClusterRuntime {
             lease,
             want_shutdown,
             lifecycle: parking_lot::Mutex::new(None),
+            image_watcher: parking_lot::Mutex::new(None),
             stop,
             client_listener_name,
             producer_ids: tokio::sync::Mutex::new((0, 0)),
@@ -326,7 +330,7 @@ impl ClusterRuntime {
             config.replica_fetch.lag_time_max_ms,
             self.stop.subscribe(),
         ));
-        tokio::spawn(watch_image(
+        let image_watcher = tokio::spawn(watch_image(
             self.node.watch_image(),
             replica_manager,
             fetchers,
@@ -335,6 +339,7 @@ impl ClusterRuntime {
             lease_rx.clone(),
             self.stop.subscribe(),
         ));
+        *self.image_watcher.lock() = Some(image_watcher);
         let lifecycle = LifecycleConfig {
             node_id: config.cluster.node_id,
             cluster_id: cluster_id.to_string(),
@@ -526,6 +531,12 @@ impl ClusterRuntime {
         let _ = self.stop.send(true);
         if let Some(f) = self.fetchers.lock().take() {
             f.shutdown();
+        }
+        // An apply in progress finishes (the watcher sees the stop only between images): at 100,000 partitions
+        // one image can take seconds, and closing partitions under it left every log not marked clean.
+        let watcher = self.image_watcher.lock().take();
+        if let Some(watcher) = watcher {
+            let _ = watcher.await;
         }
         self.node.shutdown().await;
     }

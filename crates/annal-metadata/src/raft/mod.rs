@@ -108,6 +108,14 @@ impl QuorumConfig {
 pub trait StateMachine: Send + Sync + 'static {
     /// Called once per committed normal entry, in log order, on every node (voters and learners).
     fn apply(&self, index: u64, records: &[Vec<u8>]);
+    /// Consecutive committed normal entries, in log order: the same as [`StateMachine::apply`] on each, which
+    /// is the default. A state machine whose apply copies its state overrides it to copy once per run (a
+    /// restart replays hundreds of entries, each up to `MAX_RECORDS_PER_BATCH` records).
+    fn apply_run(&self, entries: &[(u64, Vec<Vec<u8>>)]) {
+        for (index, records) in entries {
+            self.apply(*index, records);
+        }
+    }
     /// A snapshot of everything applied so far: (last applied index, bytes).
     fn snapshot(&self) -> (u64, Vec<u8>);
     /// Replace the state with a snapshot taken at `index` (install from the leader, or at start-up). The state

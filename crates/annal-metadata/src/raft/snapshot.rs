@@ -148,6 +148,8 @@ impl RaftStateMachine<TypeConfig> for SmStore {
     {
         let mut applied = self.shared.applied.lock();
         let mut responses = Vec::new();
+        // Runs of normal entries go to the state machine together; a membership entry ends a run.
+        let mut run: Vec<(u64, Vec<Vec<u8>>)> = Vec::new();
         for entry in entries {
             assert!(
                 !matches!(applied.last, Some(l) if l.index >= entry.log_id.index),
@@ -155,8 +157,9 @@ impl RaftStateMachine<TypeConfig> for SmStore {
                 entry.log_id.index
             );
             match entry.payload {
-                EntryPayload::Normal(records) => self.shared.sm.apply(entry.log_id.index, &records),
+                EntryPayload::Normal(records) => run.push((entry.log_id.index, records)),
                 EntryPayload::Membership(m) => {
+                    self.shared.sm.apply_run(&std::mem::take(&mut run));
                     applied.membership = StoredMembership::new(Some(entry.log_id), m);
                 }
                 EntryPayload::Blank => {}
@@ -164,6 +167,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
             applied.last = Some(entry.log_id);
             responses.push(());
         }
+        self.shared.sm.apply_run(&run);
         Ok(responses)
     }
 
