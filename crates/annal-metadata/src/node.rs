@@ -526,3 +526,103 @@ async fn active_controller_loop(
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use kafka_protocol::messages::broker_registration_request::Listener;
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    use kafka_protocol::messages::{
+        BrokerHeartbeatRequest, BrokerId, BrokerRegistrationRequest, CreateTopicsRequest, TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+
+    use super::*;
+
+    /// Issue 19 through the real quorum: fencing and unfencing a broker whose partition changes exceed one
+    /// quorum entry. As one batch they were refused (`TooLarge`) on every tick, for ever.
+    #[tokio::test]
+    async fn a_transition_larger_than_one_quorum_entry_commits_in_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut voters = BTreeMap::new();
+        voters.insert(0u64, "127.0.0.1:1".to_string());
+        // Entries up to 512 KiB: 5,000 partition changes (~850 KB of entry) do not fit one.
+        let config = QuorumConfig {
+            election_timeout_min_ms: 50,
+            election_timeout_max_ms: 100,
+            heartbeat_interval_ms: 20,
+            max_rpc_bytes: 1 << 20,
+            ..QuorumConfig::new(0, voters, "127.0.0.1:1".into(), dir.path().to_path_buf())
+        };
+        let state = ImageStateMachine::new("c");
+        let quorum = Arc::new(Quorum::start(config, state.clone()).await.unwrap());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !quorum.is_leader() {
+            assert!(
+                Instant::now() < deadline,
+                "the single voter did not become leader"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let controller = Controller::new(
+            ControllerConfig::default(),
+            Arc::new(QuorumWriter {
+                quorum: quorum.clone(),
+                state: state.clone(),
+            }),
+        );
+        let now = Instant::now();
+        let reg = controller
+            .register_broker(
+                BrokerRegistrationRequest::default()
+                    .with_broker_id(BrokerId(0))
+                    .with_cluster_id(StrBytes::from_static_str("c"))
+                    .with_listeners(vec![Listener::default()
+                        .with_name(StrBytes::from_static_str("PLAINTEXT"))
+                        .with_host(StrBytes::from_static_str("127.0.0.1"))
+                        .with_port(9092)]),
+                now,
+            )
+            .await;
+        assert_eq!(reg.error_code, errors::NONE);
+        let beat = || {
+            BrokerHeartbeatRequest::default()
+                .with_broker_id(BrokerId(0))
+                .with_broker_epoch(reg.broker_epoch)
+                .with_current_metadata_offset(state.image().last_applied_offset.unwrap() as i64)
+        };
+        assert!(!controller.broker_heartbeat(beat(), now).await.is_fenced);
+        for t in 0..5 {
+            let req = CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
+                .with_name(TopicName(StrBytes::from_string(format!("t{t}"))))
+                .with_num_partitions(1_000)
+                .with_replication_factor(1)]);
+            assert_eq!(
+                controller.create_topics(req).await.topics[0].error_code,
+                errors::NONE
+            );
+        }
+        assert_eq!(state.image().partitions_led_by(0).len(), 5_000);
+
+        controller
+            .tick(now + Duration::from_secs(10))
+            .await
+            .unwrap();
+        let image = state.image();
+        assert!(image.broker(0).unwrap().fenced, "the fence committed");
+        assert!(image.partitions_led_by(0).is_empty());
+
+        let resp = controller
+            .broker_heartbeat(beat(), now + Duration::from_secs(10))
+            .await;
+        assert_eq!(resp.error_code, errors::NONE);
+        assert!(!resp.is_fenced);
+        assert_eq!(
+            state.image().partitions_led_by(0).len(),
+            5_000,
+            "every partition elected again"
+        );
+        quorum.shutdown().await;
+    }
+}
