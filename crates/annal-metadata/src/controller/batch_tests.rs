@@ -98,9 +98,8 @@ impl MetadataWriter for FailingAfter {
     }
 }
 
-#[tokio::test]
-async fn a_fence_cut_off_part_way_is_finished_by_the_next_active_controller() {
-    let mut h = single_broker_with_partitions().await;
+/// A controller over `h`'s log whose writer fails after one batch, active from `h.now`.
+async fn cut_off_after_one_batch(h: &Harness) -> Controller {
     let failing = Controller::new(
         h.controller.config().clone(),
         Arc::new(FailingAfter {
@@ -109,6 +108,13 @@ async fn a_fence_cut_off_part_way_is_finished_by_the_next_active_controller() {
         }),
     );
     failing.on_become_active(h.now).await;
+    failing
+}
+
+#[tokio::test]
+async fn a_fence_cut_off_part_way_is_finished_by_the_next_active_controller() {
+    let mut h = single_broker_with_partitions().await;
+    let failing = cut_off_after_one_batch(&h).await;
     h.now += Duration::from_millis(9_500);
     assert!(failing.tick(h.now).await.is_err(), "the second batch fails");
     let image = h.image();
@@ -139,14 +145,7 @@ async fn an_unfencing_cut_off_part_way_is_finished_by_the_tick() {
     h.controller.tick(h.now).await.unwrap();
     assert!(h.image().partitions_led_by(0).is_empty());
 
-    let failing = Controller::new(
-        h.controller.config().clone(),
-        Arc::new(FailingAfter {
-            inner: h.writer.clone(),
-            healthy: AtomicUsize::new(1),
-        }),
-    );
-    failing.on_become_active(h.now).await;
+    let failing = cut_off_after_one_batch(&h).await;
     let resp = failing
         .broker_heartbeat(heartbeat(0, h.epochs[0], h.offset()), h.now)
         .await;
@@ -175,14 +174,7 @@ async fn an_unfencing_cut_off_part_way_is_finished_by_the_tick() {
 #[tokio::test]
 async fn a_controlled_shutdown_cut_off_part_way_is_finished_by_the_next_heartbeat() {
     let h = single_broker_with_partitions().await;
-    let failing = Controller::new(
-        h.controller.config().clone(),
-        Arc::new(FailingAfter {
-            inner: h.writer.clone(),
-            healthy: AtomicUsize::new(1),
-        }),
-    );
-    failing.on_become_active(h.now).await;
+    let failing = cut_off_after_one_batch(&h).await;
     let shut_down = || heartbeat(0, h.epochs[0], h.offset()).with_want_shut_down(true);
     let resp = failing.broker_heartbeat(shut_down(), h.now).await;
     assert!(!resp.should_shut_down);
