@@ -343,12 +343,14 @@ pub(crate) fn check_final(shared: &Shared, at: u64) {
                 ));
             }
         }
-        if tp.0 == REPLICATED {
+        {
+            // Every value is sent once (acks=1 and acks=0 producers make a new value per attempt) or retried
+            // with its sequence (idempotent): none may be in the log twice.
             let mut seen: BTreeMap<&Bytes, i64> = BTreeMap::new();
             for (offset, value) in log {
                 if let Some(first) = seen.insert(value, *offset) {
                     problems.push(format!(
-                        "{}-{}: idempotent value {:?} is in the log twice, at {first} and {offset}",
+                        "{}-{}: value {:?} is in the log twice, at {first} and {offset}",
                         tp.0,
                         tp.1,
                         String::from_utf8_lossy(value)
@@ -516,6 +518,31 @@ impl Kafka {
         }
     }
 
+    /// Sends a request the broker does not answer (Produce with acks=0): Ok once written to the socket.
+    async fn send_no_answer<R: kafka_protocol::protocol::Request>(
+        &mut self,
+        node: i32,
+        request: &R,
+        versions: (i16, i16),
+    ) -> Result<(), String> {
+        if self.conns.get(&node).is_none_or(|c| c.is_closed()) {
+            // Opened (and its versions learned) by an answered request first.
+            let probe = MetadataRequest::default().with_topics(Some(Vec::new()));
+            self.send(node, &probe, (4, 12)).await?;
+        }
+        let Some(conn) = self.conns.get_mut(&node) else {
+            return Err("no connection".into());
+        };
+        let sent = match conn.pick_version(kafka_protocol::messages::ApiKey::Produce, versions) {
+            Ok(version) => conn.send_without_response(request, version).await,
+            Err(e) => Err(e),
+        };
+        sent.map_err(|e| {
+            self.conns.remove(&node);
+            format!("{e:#}")
+        })
+    }
+
     /// The leader and leader epoch of `tp` as broker `ask` sees it.
     async fn leader(&mut self, ask: i32, tp: Tp) -> Option<(i32, i32)> {
         let request = MetadataRequest::default()
@@ -634,9 +661,13 @@ pub(crate) async fn workload(shared: Arc<Shared>) -> turmoil::Result {
     shared.history.lock().replication.topics_ready = true;
     let idempotent = tokio::spawn(idempotent_producer(shared.clone(), rng.gen()));
     let plain = tokio::spawn(plain_producer(shared.clone(), rng.gen()));
+    let fire = tokio::spawn(fire_and_forget_producer(shared.clone(), rng.gen()));
+    let creator = tokio::spawn(topic_creator(shared.clone(), rng.gen()));
     let reader = tokio::spawn(reader(shared.clone()));
     let _ = idempotent.await;
     let _ = plain.await;
+    let _ = fire.await;
+    let _ = creator.await;
     {
         let mut history = shared.history.lock();
         history.replication.quiesced = true;
@@ -828,6 +859,90 @@ async fn plain_producer(shared: Arc<Shared>, seed: u64) {
                 ask = ask % VOTERS + 1;
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
+        }
+    }
+}
+
+/// A fire-and-forget producer, acks=0, to `plain`: nothing is acknowledged, so nothing may be expected in the
+/// log; what is there is checked like every other value (read once, never read differently; in the log at most
+/// once, since each value is sent once).
+async fn fire_and_forget_producer(shared: Arc<Shared>, seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut kafka = Kafka::new();
+    let tp = (PLAIN, 0);
+    let mut leader: Option<i32> = None;
+    let (mut n, mut sent) = (0u64, 0u64);
+    let mut ask = 3;
+    let mut healed_at = None;
+    while keep_writing(&shared, &mut healed_at) {
+        let Some(l) = leader else {
+            leader = kafka.leader(ask, tp).await.map(|(l, _)| l);
+            if leader.is_none() {
+                ask = ask % VOTERS + 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            continue;
+        };
+        n += 1;
+        let value = Bytes::from(format!("{PLAIN}-0-acks0-{n}"));
+        let request = ProduceRequest::default()
+            .with_acks(0)
+            .with_timeout_ms(3000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_static_str(tp.0)))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(tp.1)
+                    .with_records(Some(batch(&value, None)))])]);
+        match kafka.send_no_answer(l, &request, (3, 11)).await {
+            Ok(()) => sent += 1,
+            Err(e) => {
+                shared
+                    .history
+                    .lock()
+                    .event(now_ms(), format!("produce acks=0 {PLAIN}-0 at n{l}: {e}"));
+                leader = None;
+                ask = ask % VOTERS + 1;
+            }
+        }
+        // Now and then look again who leads: an acks=0 producer hears of no error.
+        if n.is_multiple_of(20) {
+            leader = None;
+        }
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(10..100))).await;
+    }
+    shared
+        .history
+        .lock()
+        .event(now_ms(), format!("acks=0 producer done: {sent} of {n} sent"));
+}
+
+/// Creates a topic now and then during the run (RF 3, through any broker): each acknowledged creation must be
+/// in the metadata log (`History::check_after_healing`), the brokers creating its partitions while faults go on.
+async fn topic_creator(shared: Arc<Shared>, seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut kafka = Kafka::new();
+    let mut ask = 2;
+    let mut n = 0;
+    while !shared.healed.load(Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(1000..4000))).await;
+        let name = format!("late-{n}");
+        n += 1;
+        let request = CreateTopicsRequest::default()
+            .with_topics(vec![CreatableTopic::default()
+                .with_name(TopicName(StrBytes::from_string(name.clone())))
+                .with_num_partitions(1)
+                .with_replication_factor(3)])
+            .with_timeout_ms(5000);
+        let code = match kafka.send(ask, &request, (2, 7)).await {
+            Ok(r) => r.topics.first().map_or(-1, |t| t.error_code),
+            Err(_) => -1,
+        };
+        let mut history = shared.history.lock();
+        history.event(now_ms(), format!("create {name} at n{ask}: {code}"));
+        if code == NONE {
+            history.topic_acked(now_ms(), &name);
+        } else {
+            ask = ask % VOTERS + 1;
         }
     }
 }
