@@ -27,8 +27,9 @@ const REFUSED_BACKOFF: Duration = Duration::from_secs(1);
 /// How long one AlterPartition may wait for the controller. Every ISR change of this broker waits behind it (one
 /// request at a time, each partition with its change pending), so it must be short: the admin channel's 60 s let
 /// a request lost to a partition hold every ISR expansion for a minute after the network healed (found by the
-/// simulator: `annal-sim --brokers --seed 2 --seconds 60`).
-const ALTER_PARTITION_TIMEOUT: Duration = Duration::from_secs(5);
+/// simulator: `annal-sim --brokers --seed 2 --seconds 60`). It is also the request timeout of the ISR loop's own
+/// controller channel (`ClusterRuntime::isr_channel`), which nothing else uses, so nothing else can hold it.
+pub(crate) const ALTER_PARTITION_TIMEOUT: Duration = Duration::from_secs(5);
 /// AlterPartition v3 names ISR members with their broker epochs (KIP-903).
 const ALTER_PARTITION_VERSION: i16 = 3;
 

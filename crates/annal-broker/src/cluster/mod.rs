@@ -66,6 +66,13 @@ pub struct ClusterRuntime {
     channel: Arc<ControllerChannel>,
     /// ... and the lease on its own, so a slow admin request never delays a heartbeat past the session timeout.
     lease_channel: Arc<ControllerChannel>,
+    /// ... and ISR changes (AlterPartition) on a third, as Kafka's `AlterPartitionManager` has its own channel:
+    /// a channel carries one request at a time, and an admin request forwarded into a partition holds the
+    /// shared one for up to `ADMIN_REQUEST_TIMEOUT` (60 s). The ISR loop waited behind it, so no caught-up
+    /// follower could rejoin any ISR of this leader for a minute after the faults healed, and with
+    /// min.insync.replicas 2 the high watermark stood still (found by the simulator: `annal-sim --brokers
+    /// --seed 1 --seconds 30`, a CreateTopics forwarded by n1 just before n1 was isolated).
+    isr_channel: Arc<ControllerChannel>,
     lease: watch::Receiver<LeaseState>,
     want_shutdown: watch::Sender<bool>,
     lifecycle: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -266,6 +273,17 @@ impl ClusterRuntime {
             )
             .with_network(controller_network(env.connector(), None)),
         );
+        let isr_channel = Arc::new(
+            ControllerChannel::new(
+                voters
+                    .iter()
+                    .map(|(id, a)| (*id as u64, a.clone()))
+                    .collect(),
+                node.watch_leader(),
+                isr::ALTER_PARTITION_TIMEOUT,
+            )
+            .with_network(controller_network(env.connector(), None)),
+        );
         let (want_shutdown, _) = watch::channel(false);
         let (_, lease) = watch::channel(LeaseState::default());
         let client_listener_name = cluster
@@ -276,6 +294,7 @@ impl ClusterRuntime {
             node,
             channel,
             lease_channel,
+            isr_channel,
             lease,
             want_shutdown,
             lifecycle: parking_lot::Mutex::new(None),
@@ -324,7 +343,7 @@ impl ClusterRuntime {
         *self.fetchers.lock() = Some(fetchers.clone());
         tokio::spawn(isr::run(
             replica_manager.clone(),
-            self.channel.clone(),
+            self.isr_channel.clone(),
             self.node.watch_image(),
             lease_rx.clone(),
             config.replica_fetch.lag_time_max_ms,
