@@ -910,10 +910,10 @@ async fn fire_and_forget_producer(shared: Arc<Shared>, seed: u64) {
         }
         tokio::time::sleep(Duration::from_millis(rng.gen_range(10..100))).await;
     }
-    shared
-        .history
-        .lock()
-        .event(now_ms(), format!("acks=0 producer done: {sent} of {n} sent"));
+    shared.history.lock().event(
+        now_ms(),
+        format!("acks=0 producer done: {sent} of {n} sent"),
+    );
 }
 
 /// Creates a topic now and then during the run (RF 3, through any broker): each acknowledged creation must be
