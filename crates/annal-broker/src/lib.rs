@@ -13,6 +13,7 @@ mod apis;
 mod clean_shutdown;
 pub mod cluster;
 mod cluster_meta;
+mod data_dir_lock;
 pub mod config;
 pub mod console;
 mod durable;
@@ -147,19 +148,30 @@ pub async fn run(
 
 /// Creates the data directory if needed and returns its cluster id (`meta.properties`): the id given with
 /// `--cluster-id` for a new directory, checked against an existing one; a multi-voter cluster must be given one.
-fn open_data_dir(config: &BrokerConfig) -> anyhow::Result<String> {
+/// Creates the data directory if needed, locks it (`lock`: on the operating system's disk; a simulated node's
+/// lifetime is the simulator's business) and reads or writes its cluster id.
+fn open_data_dir(
+    config: &BrokerConfig,
+    lock: bool,
+) -> anyhow::Result<(String, Option<data_dir_lock::DataDirLock>)> {
     std::fs::create_dir_all(&config.data_dir).map_err(|e| {
         anyhow::anyhow!(
             "cannot create data directory {}: {e}",
             config.data_dir.display()
         )
     })?;
-    cluster_meta::load_or_create(
+    // Before anything in the directory is read or written: a second process must not even rewrite
+    // meta.properties.
+    let lock = lock
+        .then(|| data_dir_lock::DataDirLock::acquire(&config.data_dir))
+        .transpose()?;
+    let cluster_id = cluster_meta::load_or_create(
         &config.data_dir,
         config.node_id,
         config.cluster_id.as_deref(),
         config.cluster.quorum.voters.len() > 1,
-    )
+    )?;
+    Ok((cluster_id, lock))
 }
 
 /// `process.roles=controller`: a metadata node and its CONTROLLER listener, no broker (no client listener, no
@@ -168,7 +180,7 @@ async fn run_controller_only(
     config: BrokerConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let cluster_id = open_data_dir(&config)?;
+    let (cluster_id, _data_dir_lock) = open_data_dir(&config, true)?;
     let runtime =
         cluster::ClusterRuntime::start(&config, &cluster_id, &BrokerEnv::production()).await?;
     tracing::info!(node = config.cluster.node_id, data_dir = %config.data_dir.display(), %cluster_id, "annal controller started");
@@ -197,6 +209,8 @@ pub struct Started {
     http: Option<tokio::net::TcpListener>,
     stop_tx: tokio::sync::watch::Sender<bool>,
     stop_rx: tokio::sync::watch::Receiver<bool>,
+    /// Released when `serve` returns, after the partitions are closed (not when the last `Arc<Broker>` goes).
+    data_dir_lock: Option<data_dir_lock::DataDirLock>,
 }
 
 /// Opens the data directory (cluster id, producer ids, partitions, groups) for serving on `listener`.
@@ -220,7 +234,7 @@ pub async fn start_in(
     listener: BrokerListener,
     env: BrokerEnv,
 ) -> anyhow::Result<Started> {
-    let cluster_id = open_data_dir(&config)?;
+    let (cluster_id, data_dir_lock) = open_data_dir(&config, env.network.is_none())?;
     // Bound first: an explicit http.listen that cannot be bound stops start-up before anything else runs.
     let http = if env.network.is_some() {
         None
@@ -354,6 +368,7 @@ pub async fn start_in(
         http,
         stop_tx,
         stop_rx,
+        data_dir_lock,
     })
 }
 
@@ -387,6 +402,7 @@ impl Started {
             http,
             stop_tx,
             stop_rx,
+            data_dir_lock,
         } = self;
         let http = http.map(|l| {
             let limits = ops::http::HttpLimits::default();
@@ -458,6 +474,7 @@ impl Started {
             }
         }
         tracing::info!("annal broker stopped");
+        drop(data_dir_lock);
         Ok(())
     }
 }
