@@ -22,8 +22,8 @@ use kafka_protocol::protocol::StrBytes;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    acls, check_confirm, limits, parse_body, within_timeout, ApiError, ApiResult, Ctx, Page,
-    Paging, Query,
+    acls, check_confirm, limits, parse_body, within_timeout, ApiError, ApiResult, Ctx, Paging,
+    Query,
 };
 use crate::Broker;
 
@@ -184,13 +184,7 @@ async fn list(ctx: Ctx, raw: Option<&str>) -> ApiResult<Response> {
             if descending {
                 matching.reverse();
             }
-            let page = paging.page_of(matching);
-            Page {
-                total: page.total,
-                page: page.page,
-                page_size: page.page_size,
-                items: page.items.into_iter().map(|t| summary(&b, t)).collect(),
-            }
+            paging.page_of(matching).map(|t| summary(&b, t))
         } else {
             let mut items: Vec<TopicSummary> =
                 matching.into_iter().map(|t| summary(&b, t)).collect();
