@@ -246,32 +246,26 @@ fn summary(broker: &Broker, t: &TopicEntry) -> TopicSummary {
 }
 
 /// The groups this broker coordinates with committed offsets on one of `topics`, by topic, with their lag on
-/// it. Only those groups' reports are computed (not every group's). Blocking.
+/// it (high watermark - committed offset, summed over the partitions held here, as in the group reports). Only
+/// those offsets are read, and no full report is computed: a topic read by 10,000 groups costs 10,000
+/// subtractions. Blocking.
 fn groups_by_topic(broker: &Broker, topics: &HashSet<&str>) -> HashMap<String, Vec<TopicGroup>> {
     let mut out: HashMap<String, Vec<TopicGroup>> = HashMap::new();
     if topics.is_empty() {
         return out;
     }
-    let readers: HashSet<String> = broker
-        .groups()
-        .overview()
-        .into_iter()
-        .filter(|g| g.offsets.iter().any(|o| topics.contains(o.topic.as_str())))
-        .map(|g| g.group)
-        .collect();
-    for r in crate::ops::groups::reports_of(broker, &readers) {
+    for g in broker.groups().overview_on_topics(topics) {
         let mut lag: BTreeMap<&str, i64> = BTreeMap::new();
-        for p in r
-            .partitions
-            .iter()
-            .filter(|p| topics.contains(p.topic.as_str()))
-        {
-            *lag.entry(p.topic.as_str()).or_default() += p.lag;
+        for o in &g.offsets {
+            if let Some(part) = crate::ops::groups::local_partition(broker, &o.topic, o.partition) {
+                *lag.entry(o.topic.as_str()).or_default() +=
+                    (part.high_watermark() - o.offset).max(0);
+            }
         }
         for (topic, lag) in lag {
             out.entry(topic.to_string()).or_default().push(TopicGroup {
-                group: r.group.clone(),
-                state: Some(r.state.to_string()),
+                group: g.group.clone(),
+                state: Some(g.state.to_string()),
                 lag,
             });
         }
