@@ -100,8 +100,11 @@ struct TopicEntry {
 /// a new `Arc`, so the cache is rebuilt on the first list request after a change and never serves old data.
 #[derive(Default)]
 pub struct TopicListCache {
-    built: parking_lot::Mutex<Option<(Arc<MetadataImage>, Arc<Vec<TopicEntry>>)>>,
+    built: parking_lot::Mutex<Option<BuiltTopicList>>,
 }
+
+/// The image a list was built from, and the list.
+type BuiltTopicList = (Arc<MetadataImage>, Arc<Vec<TopicEntry>>);
 
 impl TopicListCache {
     fn entries(&self, image: Arc<MetadataImage>) -> Arc<Vec<TopicEntry>> {
