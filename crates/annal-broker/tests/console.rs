@@ -910,6 +910,7 @@ async fn groups_lists_offset_resets_and_delete() {
         ],
         "{topics}"
     );
+    assert_eq!(topics["items"][0]["groups_total"], 3, "{topics}");
 
     let detail = web.get("/v1/groups/idle").await.json();
     assert_eq!(detail["lag_records_sum"], 16, "{detail}");
@@ -1068,6 +1069,32 @@ async fn groups_lists_offset_resets_and_delete() {
         204
     );
     assert_eq!(web.get("/v1/groups/idle").await.status, 404);
+
+    // A topic read by more groups than the list names inline: the ones with the most lag, and the count.
+    for i in 0..10 {
+        let codes = client
+            .commit_offsets(
+                &format!("reader-{i:02}"),
+                "work",
+                &BTreeMap::from([(0, 0), (1, 0)]),
+            )
+            .await
+            .unwrap();
+        assert!(codes.values().all(|c| *c == 0));
+    }
+    let topics = web.get("/v1/topics?q=work").await.json();
+    let inline = topics["items"][0]["groups"].as_array().unwrap();
+    assert_eq!(inline.len(), 10, "{topics}");
+    assert_eq!(topics["items"][0]["groups_total"], 12, "{topics}");
+    let lags: Vec<i64> = inline.iter().map(|g| g["lag"].as_i64().unwrap()).collect();
+    assert!(
+        lags.windows(2).all(|w| w[0] >= w[1]),
+        "most lag first: {topics}"
+    );
+    assert!(
+        inline.iter().all(|g| g["group"] != "caught-up"),
+        "the group without lag is the one left out: {topics}"
+    );
     drop(client);
     broker.stop().await;
 }

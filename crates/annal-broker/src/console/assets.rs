@@ -17,8 +17,9 @@ struct Asset {
     body: &'static str,
 }
 
-/// Every file the page loads: `app.js` (the router) imports `api.js`, `dom.js` and one module per screen under
-/// `views/`. A module missing here is a 404 in the browser; `every_import_is_embedded` checks the table.
+/// Every file the page loads: `app.js` (the router) imports `api.js` and `dom.js`, and one module per screen under
+/// `views/` when that screen is first shown (`import()`). A module missing here is a 404 in the browser;
+/// `every_import_is_embedded` checks the table.
 const ASSETS: &[Asset] = &[
     js("/console/app.js", include_str!("web/app.js")),
     js("/console/api.js", include_str!("web/api.js")),
@@ -132,18 +133,25 @@ mod tests {
         parts.join("/")
     }
 
+    /// The relative module specifiers of `body`: static (`from "./x.js"`, which may span lines) and dynamic
+    /// (`import("./x.js")`).
+    fn imports(body: &str) -> (Vec<&str>, Vec<&str>) {
+        let specs = |marker: &str| -> Vec<&str> {
+            body.match_indices(marker)
+                .map(|(i, m)| body[i + m.len()..].split('"').next().unwrap_or(""))
+                .collect()
+        };
+        (specs(" from \""), specs("import(\""))
+    }
+
     #[test]
     fn every_import_is_embedded() {
         let served: Vec<&str> = ASSETS.iter().map(|a| a.path).collect();
-        let mut imports = 0;
+        let mut count = 0;
         for asset in ASSETS.iter().filter(|a| a.path.ends_with(".js")) {
-            // Every `from "./x.js"` (imports may span lines; only relative ones: there are no external URLs).
-            for (_, rest) in asset
-                .body
-                .match_indices(" from \"")
-                .map(|(i, m)| asset.body.split_at(i + m.len()))
-            {
-                let spec = rest.split('"').next().unwrap_or("");
+            let (fixed, dynamic) = imports(asset.body);
+            for spec in fixed.into_iter().chain(dynamic) {
+                // Only relative imports: there are no external URLs.
                 assert!(
                     spec.starts_with('.'),
                     "{} imports {spec}: only relative imports",
@@ -155,11 +163,42 @@ mod tests {
                     "{} imports {spec} ({target}), which is not in ASSETS",
                     asset.path
                 );
-                imports += 1;
+                count += 1;
             }
         }
         // app.js alone imports the helpers and every screen.
-        assert!(imports >= 12, "found only {imports} imports");
+        assert!(count >= 12, "found only {count} imports");
+    }
+
+    /// A first visit loads the router, its helpers and one screen: app.js imports every screen lazily, and the
+    /// modules every visit loads (app.js, api.js, dom.js) import no screen statically. A screen may share
+    /// another's code (acls.js uses topic.js's ACL table): that loads only with it.
+    #[test]
+    fn screens_are_imported_only_when_shown() {
+        let screens: Vec<&str> = ASSETS
+            .iter()
+            .map(|a| a.path)
+            .filter(|p| p.starts_with("/console/views/"))
+            .collect();
+        let app = ASSETS.iter().find(|a| a.path == "/console/app.js").unwrap();
+        let (_, dynamic) = imports(app.body);
+        for screen in &screens {
+            assert!(
+                dynamic.iter().any(|s| resolve(app.path, s) == *screen),
+                "app.js does not import({screen}) lazily"
+            );
+        }
+        let every_visit = ["/console/app.js", "/console/api.js", "/console/dom.js"];
+        for asset in ASSETS.iter().filter(|a| every_visit.contains(&a.path)) {
+            for spec in imports(asset.body).0 {
+                let target = resolve(asset.path, spec);
+                assert!(
+                    !screens.contains(&target.as_str()),
+                    "{} imports the screen {target} statically: it would load on every first visit",
+                    asset.path
+                );
+            }
+        }
     }
 
     #[test]

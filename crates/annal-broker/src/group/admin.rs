@@ -17,22 +17,38 @@ const KEY_TYPE_GROUP: i8 = 0;
 impl State {
     /// Every live group, sorted by id: state, members and committed offsets.
     pub fn overview(&self) -> Vec<super::GroupOverview> {
+        self.overview_where(|_| true, |_| true, false)
+    }
+
+    /// [`State::overview`] of the live groups `group` accepts, each with its committed offsets on the topics
+    /// `topic` accepts; `with_offsets_only`: a group left with none is left out. A page of the console pays
+    /// for its own groups (or topics), not for a copy of every group's offsets.
+    pub fn overview_where(
+        &self,
+        group: impl Fn(&str) -> bool,
+        topic: impl Fn(&str) -> bool,
+        with_offsets_only: bool,
+    ) -> Vec<super::GroupOverview> {
         let mut out: Vec<super::GroupOverview> = self
             .groups
             .values()
-            .filter(|g| g.state != GroupState::Dead)
-            .map(|g| {
+            .filter(|g| g.state != GroupState::Dead && group(&g.id))
+            .filter_map(|g| {
+                let offsets = self.committed_offsets_where(&g.id, &topic);
+                if with_offsets_only && offsets.is_empty() {
+                    return None;
+                }
                 let (state, kind, members) = match &g.consumer {
                     Some(c) => (c.state_name(), "consumer", c.members.len()),
                     None => (g.state.name(), "classic", g.members.len()),
                 };
-                super::GroupOverview {
+                Some(super::GroupOverview {
                     group: g.id.clone(),
                     state,
                     kind,
                     members,
-                    offsets: self.committed_offsets(&g.id),
-                }
+                    offsets,
+                })
             })
             .collect();
         out.sort_by(|a, b| a.group.cmp(&b.group));

@@ -34,7 +34,7 @@ pub mod records;
 pub(crate) mod store;
 mod txn_offsets;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
@@ -589,6 +589,22 @@ impl GroupCoordinator {
     /// Every group this broker coordinates: state, members and committed offsets (the operations views).
     pub fn overview(&self) -> Vec<GroupOverview> {
         self.shared.state.lock().overview()
+    }
+
+    /// The overviews of the named groups only (those this broker coordinates).
+    pub fn overview_of(&self, groups: &HashSet<String>) -> Vec<GroupOverview> {
+        self.shared
+            .state
+            .lock()
+            .overview_where(|g| groups.contains(g), |_| true, false)
+    }
+
+    /// The groups with committed offsets on one of `topics`, each with those offsets only.
+    pub fn overview_on_topics(&self, topics: &HashSet<&str>) -> Vec<GroupOverview> {
+        self.shared
+            .state
+            .lock()
+            .overview_where(|_| true, |t| topics.contains(t), true)
     }
 
     pub async fn offset_fetch(

@@ -401,11 +401,21 @@ impl State {
     }
 
     pub fn committed_offsets(&self, group: &str) -> Vec<CommittedOffset> {
+        self.committed_offsets_where(group, |_| true)
+    }
+
+    /// The group's committed offsets on the topics `topic` accepts.
+    pub fn committed_offsets_where(
+        &self,
+        group: &str,
+        topic: impl Fn(&str) -> bool,
+    ) -> Vec<CommittedOffset> {
         let Some(g) = self.groups.get(group) else {
             return Vec::new();
         };
         g.offsets
             .iter()
+            .filter(|((t, _), _)| topic(t))
             .map(|((topic, partition), e)| CommittedOffset {
                 topic: topic.clone(),
                 partition: *partition,

@@ -14,6 +14,7 @@ use parking_lot::Mutex;
 use serde::Serialize;
 
 use super::lag_health::{self, CommitSample, GroupStatus, PartitionStatus};
+use crate::group::GroupOverview;
 use crate::replica::RetentionMove;
 use crate::Broker;
 
@@ -165,12 +166,44 @@ pub fn time_to_loss_ms(
 
 /// Reports of every group this broker coordinates (or only `only`), sorted by group. Blocking.
 pub fn reports(broker: &Broker, only: Option<&str>) -> Vec<GroupReport> {
+    let overviews = match only {
+        None => broker.groups().overview(),
+        Some(g) => broker.groups().overview_of(&HashSet::from([g.to_string()])),
+    };
+    reports_from(broker, only.is_none(), overviews)
+}
+
+/// Reports of the groups named in `groups` that this broker coordinates, sorted by group: a page of a list
+/// costs its own groups' reports, not every group's (lag, time lag and time to loss read each partition).
+/// Blocking.
+pub fn reports_of(broker: &Broker, groups: &HashSet<String>) -> Vec<GroupReport> {
+    if groups.is_empty() {
+        return Vec::new();
+    }
+    reports_from(broker, false, broker.groups().overview_of(groups))
+}
+
+/// The partition behind a committed offset when this broker holds a replica of it. An empty placeholder log
+/// (no replica here) would read as zero lag; its leader's broker does not see this group's commits either; see
+/// docs/decisions/0014-operability.md.
+pub fn local_partition(
+    broker: &Broker,
+    topic: &str,
+    partition: i32,
+) -> Option<std::sync::Arc<crate::replica::Partition>> {
+    let rm = broker.replica_manager();
+    let part = rm.partition(topic, partition)?;
+    (part.is_leader() || part.replicas().contains(&rm.local_broker_id())).then_some(part)
+}
+
+/// Reports of `overviews`. `full`: they are every group, so commit windows of groups or offsets that are gone
+/// can be forgotten.
+fn reports_from(broker: &Broker, full: bool, overviews: Vec<GroupOverview>) -> Vec<GroupReport> {
     let now = crate::now_ms();
     let windows = broker.groups().commit_windows();
     let warning_ms = broker.config().ops.lag_retention_warning_ms;
     let metrics = broker.replica_manager().metrics();
-    let overviews = broker.groups().overview();
-    if only.is_none() {
+    if full {
         // Windows of groups or offsets that are gone are forgotten here (the full view sees them all).
         let live: HashSet<(&str, &str, i32)> = overviews
             .iter()
@@ -183,10 +216,7 @@ pub fn reports(broker: &Broker, only: Option<&str>) -> Vec<GroupReport> {
         windows.retain(|g, t, p| live.contains(&(g, t, p)));
     }
     let mut out = Vec::new();
-    for g in overviews
-        .iter()
-        .filter(|g| only.is_none_or(|o| o == g.group))
-    {
+    for g in &overviews {
         let mut partitions = Vec::new();
         let mut lost = 0u64;
         let mut topics_seen = HashSet::new();
@@ -194,15 +224,9 @@ pub fn reports(broker: &Broker, only: Option<&str>) -> Vec<GroupReport> {
             if topics_seen.insert(o.topic.as_str()) {
                 lost += metrics.records_lost_of(&g.group, &o.topic);
             }
-            let Some(part) = broker.replica_manager().partition(&o.topic, o.partition) else {
+            let Some(part) = local_partition(broker, &o.topic, o.partition) else {
                 continue;
             };
-            let local = broker.replica_manager().local_broker_id();
-            if !part.is_leader() && !part.replicas().contains(&local) {
-                // No replica here (an empty placeholder log): its offsets would read as zero lag. Its leader's
-                // broker does not see this group's commits either; see docs/decisions/0014-operability.md.
-                continue;
-            }
             let hw = part.high_watermark();
             let log_start = part.log_start_offset();
             let lag = (hw - o.offset).max(0);

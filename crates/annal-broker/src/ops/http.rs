@@ -116,6 +116,11 @@ pub async fn serve(
                     drop(stream);
                     continue;
                 };
+                // Answers are small and written as soon as they are ready: without TCP_NODELAY, Nagle's algorithm
+                // can hold a response's last segment until the browser's delayed ACK (up to 40 ms a request).
+                if let Err(e) = stream.set_nodelay(true) {
+                    tracing::debug!(%peer, error = %e, "HTTP connection: could not set TCP_NODELAY");
+                }
                 let service = TowerToHyperService::new(app.clone());
                 let builder = builder.clone();
                 let lifetime = limits.connection_max_lifetime;

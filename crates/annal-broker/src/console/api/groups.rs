@@ -6,10 +6,10 @@
 //! A group coordinated by another broker has no lag health here: its status is "UNKNOWN", its coordinator
 //! named, and its detail's lag computed from OffsetFetch and ListOffsets (honest, and documented).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use annal_client::{Client, MemberAssignment, EARLIEST, LATEST};
+use annal_client::{Client, ListedGroup, MemberAssignment, EARLIEST, LATEST};
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
@@ -90,41 +90,44 @@ async fn list(ctx: Ctx, raw: Option<&str>) -> ApiResult<Response> {
             .map_err(ApiError::from_client)
     })
     .await?;
+    let (field, descending) = paging
+        .sort
+        .as_ref()
+        .map(|(f, d)| (f.clone(), *d))
+        .unwrap_or(("name".to_string(), false));
     let b = ctx.broker.clone();
     let page = crate::blocking(move || {
-        let reports: HashMap<String, GroupReport> = crate::ops::groups::reports(&b, None)
-            .into_iter()
-            .map(|r| (r.group.clone(), r))
-            .collect();
+        let listed = listed.into_iter().filter(|g| paging.matches(&g.group_id));
+        if status_filter.is_none() && matches!(field.as_str(), "name" | "state") {
+            // Name and state come with ListGroups: the list is filtered, sorted and paged first, and only the
+            // page's groups pay for a report (lag, time lag and time to loss read each of their partitions).
+            let mut items: Vec<ListedGroup> = listed
+                .filter(|g| {
+                    state_filter
+                        .as_ref()
+                        .is_none_or(|s| g.state.as_deref().unwrap_or_default().to_lowercase() == *s)
+                })
+                .collect();
+            if field == "state" {
+                items.sort_by(|x, y| {
+                    x.state
+                        .cmp(&y.state)
+                        .then_with(|| x.group_id.cmp(&y.group_id))
+                });
+            } else {
+                items.sort_by(|x, y| x.group_id.cmp(&y.group_id));
+            }
+            if descending {
+                items.reverse();
+            }
+            let page = paging.page_of(items);
+            let names: HashSet<String> = page.items.iter().map(|g| g.group_id.clone()).collect();
+            let reports = reports_by_group(crate::ops::groups::reports_of(&b, &names));
+            return page.map(|g| summary_of(&b, g, &reports));
+        }
+        let reports = reports_by_group(crate::ops::groups::reports(&b, None));
         let mut items: Vec<GroupSummary> = listed
-            .into_iter()
-            .filter(|g| paging.matches(&g.group_id))
-            .map(|g| match reports.get(&g.group_id) {
-                Some(r) => GroupSummary {
-                    group: r.group.clone(),
-                    state: r.state.to_string(),
-                    kind: r.kind.to_string(),
-                    members: Some(r.members),
-                    status: r.status.name().to_string(),
-                    lag_records_sum: Some(r.lag_records_sum),
-                    time_lag_ms_max: Some(r.time_lag_ms_max),
-                    retention_time_to_loss_ms_min: r.retention_time_to_loss_ms_min,
-                    retention_warning: r.retention_warning,
-                    coordinator: b.config().node_id,
-                },
-                None => GroupSummary {
-                    coordinator: coordinator_of(&b, &g.group_id),
-                    group: g.group_id,
-                    state: g.state.unwrap_or_default(),
-                    kind: g.group_type.unwrap_or_else(|| "classic".into()),
-                    members: None,
-                    status: STATUS_UNKNOWN.to_string(),
-                    lag_records_sum: None,
-                    time_lag_ms_max: None,
-                    retention_time_to_loss_ms_min: None,
-                    retention_warning: false,
-                },
-            })
+            .map(|g| summary_of(&b, g, &reports))
             .filter(|g| {
                 state_filter
                     .as_ref()
@@ -132,13 +135,8 @@ async fn list(ctx: Ctx, raw: Option<&str>) -> ApiResult<Response> {
             })
             .filter(|g| status_filter.as_ref().is_none_or(|s| g.status == *s))
             .collect();
-        let (field, descending) = paging
-            .sort
-            .as_ref()
-            .map(|(f, d)| (f.as_str(), *d))
-            .unwrap_or(("name", false));
         items.sort_by(|a, b| {
-            let o = match field {
+            let o = match field.as_str() {
                 "lag" => a.lag_records_sum.cmp(&b.lag_records_sum),
                 "state" => a.state.cmp(&b.state),
                 "status" => status_rank(&a.status).cmp(&status_rank(&b.status)),
@@ -156,6 +154,45 @@ async fn list(ctx: Ctx, raw: Option<&str>) -> ApiResult<Response> {
     })
     .await;
     Ok(Json(page).into_response())
+}
+
+fn reports_by_group(reports: Vec<GroupReport>) -> HashMap<String, GroupReport> {
+    reports.into_iter().map(|r| (r.group.clone(), r)).collect()
+}
+
+/// A listed group with its lag health from this broker's report, or `UNKNOWN` and its coordinator when another
+/// broker coordinates it.
+fn summary_of(
+    broker: &Broker,
+    g: ListedGroup,
+    reports: &HashMap<String, GroupReport>,
+) -> GroupSummary {
+    match reports.get(&g.group_id) {
+        Some(r) => GroupSummary {
+            group: r.group.clone(),
+            state: r.state.to_string(),
+            kind: r.kind.to_string(),
+            members: Some(r.members),
+            status: r.status.name().to_string(),
+            lag_records_sum: Some(r.lag_records_sum),
+            time_lag_ms_max: Some(r.time_lag_ms_max),
+            retention_time_to_loss_ms_min: r.retention_time_to_loss_ms_min,
+            retention_warning: r.retention_warning,
+            coordinator: broker.config().node_id,
+        },
+        None => GroupSummary {
+            coordinator: coordinator_of(broker, &g.group_id),
+            group: g.group_id,
+            state: g.state.unwrap_or_default(),
+            kind: g.group_type.unwrap_or_else(|| "classic".into()),
+            members: None,
+            status: STATUS_UNKNOWN.to_string(),
+            lag_records_sum: None,
+            time_lag_ms_max: None,
+            retention_time_to_loss_ms_min: None,
+            retention_warning: false,
+        },
+    }
 }
 
 #[derive(Serialize)]

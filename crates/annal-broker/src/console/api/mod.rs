@@ -424,6 +424,19 @@ pub struct Page<T> {
     pub items: Vec<T>,
 }
 
+impl<T> Page<T> {
+    /// The same page with each item mapped (a page of names becomes a page of summaries: only the page's
+    /// items pay for the summary).
+    pub fn map<U>(self, f: impl FnMut(T) -> U) -> Page<U> {
+        Page {
+            total: self.total,
+            page: self.page,
+            page_size: self.page_size,
+            items: self.items.into_iter().map(f).collect(),
+        }
+    }
+}
+
 /// A JSON body, refused with the console's error shape (not axum's text) when it does not parse.
 pub fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
     serde_json::from_slice(body).map_err(|e| {

@@ -39,6 +39,8 @@ pub struct ConsoleState {
     target: Option<Target>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     anonymous: Arc<tokio::sync::Mutex<Option<Client>>>,
+    /// The topics list's name-sorted view of the metadata image (`topics::TopicListCache`).
+    pub(super) topic_list: super::topics::TopicListCache,
 }
 
 /// One browser's session.
@@ -103,6 +105,7 @@ impl ConsoleState {
             target,
             sessions: Mutex::new(HashMap::new()),
             anonymous: Arc::new(tokio::sync::Mutex::new(None)),
+            topic_list: Default::default(),
         }
     }
 

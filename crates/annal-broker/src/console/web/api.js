@@ -66,15 +66,23 @@ export const patch = (url, body) => request("PATCH", url, body ?? {});
 export const del = (url) => request("DELETE", url);
 
 // GET /v1/session (creates the session cookie and its CSRF token). A broker without sessions answers 404:
-// then there is no login and no token to send.
-export async function loadSession() {
-  try {
-    session = await request("GET", "/v1/session");
-  } catch (e) {
-    if (e.status !== 404) throw e;
-    session = { authenticated: false, principal: null, login_required: false, csrf_token: null };
+// then there is no login and no token to send. Callers at the same time (the router, a first mutation) share
+// one request.
+let sessionLoading = null;
+
+export function loadSession() {
+  if (!sessionLoading) {
+    sessionLoading = (async () => {
+      try {
+        session = await request("GET", "/v1/session");
+      } catch (e) {
+        if (e.status !== 404) throw e;
+        session = { authenticated: false, principal: null, login_required: false, csrf_token: null };
+      }
+      return session;
+    })().finally(() => { sessionLoading = null; });
   }
-  return session;
+  return sessionLoading;
 }
 
 export async function login(username, password, mechanism) {

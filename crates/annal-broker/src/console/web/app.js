@@ -4,29 +4,21 @@
 
 import { currentSession, loadSession, logout } from "./api.js";
 import { clear, errorBox, h } from "./dom.js";
-import * as overview from "./views/overview.js";
-import * as topics from "./views/topics.js";
-import * as topic from "./views/topic.js";
-import * as messages from "./views/messages.js";
-import * as produce from "./views/produce.js";
-import * as groups from "./views/groups.js";
-import * as group from "./views/group.js";
-import * as acls from "./views/acls.js";
-import * as users from "./views/users.js";
-import * as loginView from "./views/login.js";
 
-// [pattern, screen, nav entry]; `:name` matches one path segment (URI-decoded).
+// [pattern, screen module loader, nav entry]; `:name` matches one path segment (URI-decoded). Screens are
+// imported when first shown, so a first visit loads and compiles one screen's code, not all of them.
 const ROUTES = [
-  ["/", overview, "overview"],
-  ["/topics", topics, "topics"],
-  ["/topics/:topic", topic, "topics"],
-  ["/topics/:topic/messages", messages, "topics"],
-  ["/topics/:topic/produce", produce, "topics"],
-  ["/groups", groups, "groups"],
-  ["/groups/:group", group, "groups"],
-  ["/acls", acls, "acls"],
-  ["/users", users, "users"],
+  ["/", () => import("./views/overview.js"), "overview"],
+  ["/topics", () => import("./views/topics.js"), "topics"],
+  ["/topics/:topic", () => import("./views/topic.js"), "topics"],
+  ["/topics/:topic/messages", () => import("./views/messages.js"), "topics"],
+  ["/topics/:topic/produce", () => import("./views/produce.js"), "topics"],
+  ["/groups", () => import("./views/groups.js"), "groups"],
+  ["/groups/:group", () => import("./views/group.js"), "groups"],
+  ["/acls", () => import("./views/acls.js"), "acls"],
+  ["/users", () => import("./views/users.js"), "users"],
 ];
+const loadLogin = () => import("./views/login.js");
 
 const NAV = [
   ["#/", "Overview", "overview"],
@@ -44,7 +36,7 @@ function parseHash() {
 }
 
 function match(segments) {
-  for (const [pattern, screen, nav] of ROUTES) {
+  for (const [pattern, load, nav] of ROUTES) {
     const parts = pattern.split("/").filter(Boolean);
     if (parts.length !== segments.length) continue;
     const params = {};
@@ -53,7 +45,7 @@ function match(segments) {
       if (parts[i].startsWith(":")) params[parts[i].slice(1)] = decodeURIComponent(segments[i]);
       else if (parts[i] !== segments[i]) ok = false;
     }
-    if (ok) return { screen, params, nav };
+    if (ok) return { load, params, nav };
   }
   return null;
 }
@@ -76,33 +68,61 @@ function header(active) {
 
 // One render per hash change; a newer navigation makes an older screen's late answers harmless because each
 // screen writes only into the <main> it was given, which is detached from the page by then.
+//
+// The session (GET /v1/session) is asked for at the same time as the screen's code and the screen's first list
+// request, not before them: a first visit costs one round trip less. The header's principal is filled in when
+// the session answers; if it says a login is required, the login form replaces the screen (whose requests were
+// refused with 401 and land in its detached <main>).
+let navigation = 0;
+
 async function route() {
+  const mine = ++navigation;
+  const current = () => mine === navigation;
   const app = document.getElementById("app");
   const { segments, query } = parseHash();
-  let session;
-  try {
-    session = currentSession() || (await loadSession());
-  } catch (e) {
-    clear(app).append(header(null), h("main", null, errorBox(e)));
-    return;
-  }
-  const main = h("main");
-  if (session.login_required && !session.authenticated) {
-    clear(app).append(header(null), main);
-    loginView.render(main, () => route());
+  const known = currentSession();
+  const sessionAnswer = (known ? Promise.resolve(known) : loadSession()).then((s) => s, (e) => e);
+  if (known && known.login_required && !known.authenticated) {
+    await showLogin(app, current);
     return;
   }
   const found = match(segments);
-  clear(app).append(header(found ? found.nav : null), main);
+  const main = h("main");
+  let head = header(found ? found.nav : null);
+  clear(app).append(head, main);
+  const sessionShown = sessionAnswer.then(async (s) => {
+    if (!current()) return;
+    if (s instanceof Error) {
+      clear(app).append(header(null), h("main", null, errorBox(s)));
+    } else if (s.login_required && !s.authenticated) {
+      await showLogin(app, current);
+    } else if (!known) {
+      const fresh = header(found ? found.nav : null);
+      head.replaceWith(fresh);
+      head = fresh;
+    }
+  });
   if (!found) {
     main.append(h("h1", null, "Not found"), h("p", null, "No such screen. "), h("a", { href: "#/" }, "Overview"));
+    await sessionShown;
     return;
   }
   try {
-    await found.screen.render(main, found.params, query);
+    const screen = await found.load();
+    if (!current()) return;
+    await screen.render(main, found.params, query);
   } catch (e) {
     main.append(errorBox(e));
   }
+  await sessionShown;
+}
+
+async function showLogin(app, current) {
+  const loginView = await loadLogin();
+  if (!current()) return;
+  const main = h("main");
+  clear(app).append(header(null), main);
+  loginView.render(main, () => route());
 }
 
 window.addEventListener("hashchange", route);

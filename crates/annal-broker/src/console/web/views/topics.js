@@ -66,8 +66,19 @@ function show(list, answer, onPage) {
         },
         {
           title: "Groups (lag)",
-          cell: (t) => (t.groups || []).map((g) =>
-            h("a", { href: `#/groups/${encodeURIComponent(g.group)}`, class: "chip", testid: "topic-group" }, `${g.group}: ${fmtNum(g.lag)}`)),
+          // At most 10 groups come inline (the most lagging); groups_total says how many read the topic, and the
+          // topic's own screen lists them all.
+          cell: (t) => {
+            const groups = t.groups || [];
+            const more = (t.groups_total || 0) - groups.length;
+            return [
+              ...groups.map((g) =>
+                h("a", { href: `#/groups/${encodeURIComponent(g.group)}`, class: "chip", testid: "topic-group" }, `${g.group}: ${fmtNum(g.lag)}`)),
+              more > 0
+                ? h("a", { href: `#/topics/${encodeURIComponent(t.name)}`, class: "chip", testid: "topic-groups-more" }, `+${fmtNum(more)} more`)
+                : null,
+            ];
+          },
         },
       ],
       answer.items,
