@@ -43,7 +43,7 @@
 //! the wait with [`GroupCommit::durable`] *before* releasing the lock taken for the append, then await it (or
 //! call [`DurableWait::wait`]) after releasing it: a truncation can then never slip in between.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -126,7 +126,8 @@ struct Waiter {
 struct State {
     /// Every offset below this is durable (as far as this group commit knows).
     durable: i64,
-    waiters: HashMap<u64, Waiter>,
+    /// By registration order: an fsync wakes its waiters in one order (a simulation replays it).
+    waiters: BTreeMap<u64, Waiter>,
     next_id: u64,
     /// Waiters without an outcome.
     pending: usize,
