@@ -212,19 +212,28 @@ fn check_fetch(
         format!("{when}offset fetch at n{coordinator}: {}", seen.join(" ")),
     );
     history.replication.commits.fetches_checked += 1;
-    for (tp, acked) in floor {
-        let got = fetched.get(tp).copied().unwrap_or(-1);
-        if got < *acked {
-            history.violate(
-                at,
-                format!(
-                    "{when}group {GROUP}'s committed offset of {}-{} fetched as {got} from n{coordinator}, below \
-                     the commit of {acked} acknowledged before the fetch: committed offsets moved backwards",
-                    tp.0, tp.1
-                ),
-            );
-        }
+    for (tp, acked, got) in backwards(floor, fetched) {
+        history.violate(
+            at,
+            format!(
+                "{when}group {GROUP}'s committed offset of {}-{} fetched as {got} from n{coordinator}, below the \
+                 commit of {acked} acknowledged before the fetch: committed offsets moved backwards",
+                tp.0, tp.1
+            ),
+        );
     }
+}
+
+/// The partitions whose fetched offset is below the highest commit acknowledged before the fetch: (partition,
+/// acknowledged, fetched). A partition missing from the answer counts as none committed (-1).
+fn backwards(floor: &BTreeMap<Tp, i64>, fetched: &BTreeMap<Tp, i64>) -> Vec<(Tp, i64, i64)> {
+    floor
+        .iter()
+        .filter_map(|(tp, acked)| {
+            let got = fetched.get(tp).copied().unwrap_or(-1);
+            (got < *acked).then_some((*tp, *acked, got))
+        })
+        .collect()
 }
 
 /// The committer: commits growing offsets for a random few of the workload's partitions and fetches them back,
@@ -349,4 +358,21 @@ pub(crate) async fn committer(shared: Arc<Shared>, seed: u64) {
             "group {GROUP}'s coordinator answered no OffsetFetch in {FINAL_FETCH_ATTEMPTS} attempts after healing"
         ),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_offset_below_an_acknowledged_commit_or_a_missing_one_moved_backwards() {
+        let floor = BTreeMap::from([(("a", 0), 10), (("a", 1), 5), (("b", 0), 7)]);
+        let fetched = BTreeMap::from([(("a", 0), 9), (("a", 1), 6)]);
+        assert_eq!(
+            backwards(&floor, &fetched),
+            vec![(("a", 0), 10, 9), (("b", 0), 7, -1)]
+        );
+        let caught_up = BTreeMap::from([(("a", 0), 10), (("a", 1), 5), (("b", 0), 8)]);
+        assert!(backwards(&floor, &caught_up).is_empty());
+    }
 }
