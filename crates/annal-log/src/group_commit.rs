@@ -28,6 +28,10 @@
 //! thread. (`tokio::task::spawn_blocking(move || commit.wait_durable(offset))` also works but ties up a
 //! blocking thread per waiting request.)
 //!
+//! **Inline** ([`GroupCommit::start_inline`]): no flusher thread; the fsync round runs in the waiting caller
+//! when it polls its [`DurableWait`] (or calls [`DurableWait::wait`]). For a deterministic simulation, where a
+//! thread of its own would make the answer's timing depend on the OS scheduler.
+//!
 //! **Failure**: if an fsync fails, every waiter it was meant to cover, every later waiter, and every future
 //! wait get [`DurableError::SyncFailed`]. After a failed fsync Linux may have dropped the dirty pages and a
 //! later fsync can succeed without them, so durability can no longer be promised for this log: the owner should
@@ -39,7 +43,7 @@
 //! the wait with [`GroupCommit::durable`] *before* releasing the lock taken for the append, then await it (or
 //! call [`DurableWait::wait`]) after releasing it: a truncation can then never slip in between.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -97,8 +101,13 @@ pub struct GroupCommit {
     flusher: Option<JoinHandle<()>>,
 }
 
+/// One fsync round, run by the waiter itself in inline mode; `None` once the [`GroupCommit`] is dropped (which
+/// releases the log, as joining the flusher thread does).
+type InlineRound = Arc<dyn Fn(&Shared) + Send + Sync>;
+
 struct Shared {
     state: Mutex<State>,
+    inline: Mutex<Option<InlineRound>>,
     /// Wakes the flusher: a new waiter, a truncation or shutdown.
     work: Condvar,
     /// Wakes blocked `wait_durable` callers: some waiters got their answer.
@@ -117,7 +126,8 @@ struct Waiter {
 struct State {
     /// Every offset below this is durable (as far as this group commit knows).
     durable: i64,
-    waiters: HashMap<u64, Waiter>,
+    /// By registration order: an fsync wakes its waiters in one order (a simulation replays it).
+    waiters: BTreeMap<u64, Waiter>,
     next_id: u64,
     /// Waiters without an outcome.
     pending: usize,
@@ -181,6 +191,7 @@ impl GroupCommit {
     pub fn start<L: DurableLog>(log: Arc<L>) -> GroupCommit {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
+            inline: Mutex::new(None),
             work: Condvar::new(),
             answered: Condvar::new(),
         });
@@ -197,11 +208,30 @@ impl GroupCommit {
         }
     }
 
+    /// Group commit without a flusher thread: each waiter runs the fsync round itself when it waits (see the
+    /// module docs). Waiters still share a round when they wait together.
+    pub fn start_inline<L: DurableLog>(log: Arc<L>) -> GroupCommit {
+        let round: InlineRound = Arc::new(move |shared: &Shared| sync_round(shared, &*log));
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            inline: Mutex::new(Some(round)),
+            work: Condvar::new(),
+            answered: Condvar::new(),
+        });
+        GroupCommit {
+            shared,
+            flusher: None,
+        }
+    }
+
     /// Blocks until `offset` (already appended) is on stable storage.
     pub fn wait_durable(&self, offset: i64) -> Result<(), DurableError> {
         let mut state = lock(&self.shared.state);
         let id = state.register(offset);
         self.shared.work.notify_one();
+        drop(state);
+        run_inline(&self.shared, id);
+        let mut state = lock(&self.shared.state);
         loop {
             if let Some(outcome) = state.waiters.get(&id).and_then(|w| w.outcome.clone()) {
                 state.waiters.remove(&id);
@@ -255,7 +285,20 @@ impl GroupCommit {
 
 impl Drop for GroupCommit {
     fn drop(&mut self) {
-        lock(&self.shared.state).shutdown = true;
+        let inline = self
+            .shared
+            .inline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .is_some();
+        let mut state = lock(&self.shared.state);
+        state.shutdown = true;
+        if inline {
+            state.answer(|w| Some(Err(DurableError::Stopped { offset: w.offset })));
+        }
+        drop(state);
+        self.shared.answered.notify_all();
         self.shared.work.notify_all();
         if let Some(flusher) = self.flusher.take() {
             let _ = flusher.join();
@@ -278,6 +321,39 @@ fn flusher_loop<L: DurableLog>(shared: &Shared, log: &L) {
             shared.answered.notify_all();
             return;
         }
+        drop(state);
+        sync_round(shared, log);
+    }
+}
+
+/// In inline mode, runs fsync rounds in the caller until waiter `id` has its answer (a round covers every
+/// waiter registered before it, so one normally does; a truncation during it makes the next one decide).
+fn run_inline(shared: &Shared, id: u64) {
+    const INLINE_ROUNDS_MAX: usize = 4;
+    for _ in 0..INLINE_ROUNDS_MAX {
+        let Some(round) = shared
+            .inline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+        else {
+            return;
+        };
+        let answered = lock(&shared.state)
+            .waiters
+            .get(&id)
+            .is_none_or(|w| w.outcome.is_some());
+        if answered {
+            return;
+        }
+        round(shared);
+    }
+}
+
+/// One fsync round: takes the log's sync handle, fsyncs, and answers every waiter the fsync covered.
+fn sync_round<L: DurableLog>(shared: &Shared, log: &L) {
+    {
+        let mut state = lock(&shared.state);
         state.rounds_started += 1;
         let round = state.rounds_started;
         let generation = state.generation;
@@ -336,6 +412,7 @@ impl DurableWait {
     /// Blocks the calling thread until the offset is durable (for synchronous callers that registered under a
     /// lock with [`GroupCommit::durable`]).
     pub fn wait(self) -> Result<(), DurableError> {
+        run_inline(&self.shared, self.id);
         let mut state = lock(&self.shared.state);
         loop {
             if let Some(outcome) = state.waiters.get(&self.id).and_then(|w| w.outcome.clone()) {
@@ -355,6 +432,7 @@ impl Future for DurableWait {
     type Output = Result<(), DurableError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        run_inline(&self.shared, self.id);
         let mut state = lock(&self.shared.state);
         let Some(waiter) = state.waiters.get_mut(&self.id) else {
             // Already answered and taken: polled after completion.

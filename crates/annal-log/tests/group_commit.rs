@@ -268,3 +268,55 @@ fn waiting_for_an_offset_never_appended_is_an_error_not_a_hang() {
     ));
     drop(commit);
 }
+
+#[test]
+fn inline_waiters_fsync_in_the_first_poll_and_share_the_round() {
+    let dir = disk_dir();
+    let log = observed(dir.path());
+    let commit = GroupCommit::start_inline(Arc::clone(&log));
+    let mut waits = Vec::new();
+    for i in 0..5 {
+        let info = log
+            .log
+            .lock()
+            .append(&mut batch(i), &AppendOptions::default())
+            .unwrap();
+        waits.push(commit.durable(info.last_offset));
+    }
+    assert_eq!(
+        log.syncs.load(Ordering::SeqCst),
+        0,
+        "no fsync before a wait"
+    );
+    // No flusher thread: the first poll runs the round, which answers every waiter registered before it.
+    let waker = std::task::Waker::noop();
+    let mut cx = Context::from_waker(waker);
+    for wait in &mut waits {
+        assert!(matches!(pin!(wait).poll(&mut cx), Poll::Ready(Ok(()))));
+    }
+    assert_eq!(
+        log.syncs.load(Ordering::SeqCst),
+        1,
+        "one round for all five"
+    );
+    assert_eq!(log.log.lock().flushed_offset(), 5);
+    let info = log
+        .log
+        .lock()
+        .append(&mut batch(5), &AppendOptions::default())
+        .unwrap();
+    commit.wait_durable(info.last_offset).unwrap();
+    assert_eq!(log.syncs.load(Ordering::SeqCst), 2);
+    // Dropping the group commit answers a pending waiter instead of leaving it hanging.
+    let info = log
+        .log
+        .lock()
+        .append(&mut batch(6), &AppendOptions::default())
+        .unwrap();
+    let pending = commit.durable(info.last_offset);
+    drop(commit);
+    assert!(matches!(
+        block_on(pending),
+        Err(DurableError::Stopped { .. })
+    ));
+}

@@ -14,6 +14,7 @@
 //!   its trace.
 
 pub mod client;
+pub mod committer;
 pub mod faults;
 pub mod history;
 pub mod net;

@@ -4,7 +4,8 @@
 //!
 //! Workload (all from the seed): the topics are created through any broker (forwarded to the controller); an
 //! idempotent producer writes acks=all to `replicated` (2 partitions, RF 3, min.insync.replicas 2); a plain
-//! producer writes acks=1 to `plain` (1 partition, RF 3); a reader follows both from their leaders.
+//! producer writes acks=1 to `plain` (1 partition, RF 3); a reader follows both from their leaders; a committer
+//! commits offsets of one group through the group coordinator ([`crate::committer`], its own invariant).
 //!
 //! Checked as the run goes ([`ReplicationHistory`]): an acks=all acknowledgement with fewer than
 //! min.insync.replicas live replicas holding the offset (when every node is up); a (partition, offset) read
@@ -82,6 +83,8 @@ pub struct ReplicationHistory {
     pub topics_ready: bool,
     /// The workload stopped writing (after healing) and the final checks may run.
     pub quiesced: bool,
+    /// The committer's acknowledged commits ([`crate::committer`]).
+    pub commits: crate::committer::CommitHistory,
 }
 
 /// Every partition the workload uses.
@@ -360,10 +363,13 @@ pub(crate) fn check_final(shared: &Shared, at: u64) {
         }
     }
     let event = format!(
-        "final: {} acks=all and {} acks=1 writes acknowledged, {} reads",
+        "final: {} acks=all and {} acks=1 writes acknowledged, {} reads, {} commits acknowledged, {} offset \
+         fetches checked",
         history.replication.acked.len(),
         history.replication.acked_plain,
-        history.replication.read.len()
+        history.replication.read.len(),
+        history.replication.commits.acked_count,
+        history.replication.commits.fetches_checked
     );
     history.event(at, event);
     for p in problems.into_iter().take(10) {
@@ -420,6 +426,9 @@ pub(crate) async fn node(shared: Arc<Shared>, n: i32) -> turmoil::Result {
         "default.replication.factor=3".into(),
         "min.insync.replicas=2".into(),
         "offsets.topic.replication.factor=3".into(),
+        // One `__consumer_offsets` partition, not Kafka's 50: the committer's group lives in one, and 50
+        // partitions of 3 replicas each would multiply the simulation's work for nothing.
+        "offsets.topic.num.partitions=1".into(),
         // Followers that stop fetching leave the ISR within the fault phase's time scale.
         "replica.lag.time.max.ms=3000".into(),
         "log.cleaner.threads=0".into(),
@@ -473,12 +482,12 @@ pub(crate) async fn node(shared: Arc<Shared>, n: i32) -> turmoil::Result {
 }
 
 /// Connections from the client host to the brokers, one per broker, reopened after any failure.
-struct Kafka {
+pub(crate) struct Kafka {
     conns: BTreeMap<i32, Connection>,
 }
 
 impl Kafka {
-    fn new() -> Kafka {
+    pub(crate) fn new() -> Kafka {
         Kafka {
             conns: BTreeMap::new(),
         }
@@ -514,6 +523,24 @@ impl Kafka {
             Err(e) => {
                 self.conns.remove(&node);
                 Err(format!("{e:#}"))
+            }
+        }
+    }
+
+    /// [`Kafka::send`] bounded as a whole by `bound` (connect, write and answer): the connection's own timeout
+    /// covers the answer only, and a write into a connection whose far end no longer reads waits forever.
+    pub(crate) async fn send_bounded<R: kafka_protocol::protocol::Request>(
+        &mut self,
+        node: i32,
+        request: &R,
+        versions: (i16, i16),
+        bound: Duration,
+    ) -> Result<R::Response, String> {
+        match tokio::time::timeout(bound, self.send(node, request, versions)).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                self.conns.remove(&node);
+                Err(format!("no answer from n{node} within {bound:?}"))
             }
         }
     }
@@ -673,10 +700,12 @@ pub(crate) async fn workload(shared: Arc<Shared>) -> turmoil::Result {
     let fire = tokio::spawn(fire_and_forget_producer(shared.clone(), rng.gen()));
     let creator = tokio::spawn(topic_creator(shared.clone(), rng.gen()));
     let reader = tokio::spawn(reader(shared.clone()));
+    let committer = tokio::spawn(crate::committer::committer(shared.clone(), rng.gen()));
     let _ = idempotent.await;
     let _ = plain.await;
     let _ = fire.await;
     let _ = creator.await;
+    let _ = committer.await;
     {
         let mut history = shared.history.lock();
         history.replication.quiesced = true;
@@ -688,7 +717,7 @@ pub(crate) async fn workload(shared: Arc<Shared>) -> turmoil::Result {
 }
 
 /// Writes until a few seconds after healing.
-fn keep_writing(shared: &Shared, healed_at: &mut Option<tokio::time::Instant>) -> bool {
+pub(crate) fn keep_writing(shared: &Shared, healed_at: &mut Option<tokio::time::Instant>) -> bool {
     if !shared.healed.load(Ordering::Relaxed) {
         return true;
     }

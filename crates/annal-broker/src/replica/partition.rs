@@ -690,8 +690,15 @@ impl Partition {
     }
 
     fn group_commit(&self) -> &GroupCommit {
-        self.commit
-            .get_or_init(|| GroupCommit::start(Arc::clone(&self.log)))
+        self.commit.get_or_init(|| {
+            // A flusher thread answers on the OS's schedule; a simulation (inline disk I/O) fsyncs in the
+            // waiting task instead, so a durable partition's acknowledgements keep to simulated time.
+            if annal_metadata::env::testing::current().inline_disk_io {
+                GroupCommit::start_inline(Arc::clone(&self.log))
+            } else {
+                GroupCommit::start(Arc::clone(&self.log))
+            }
+        })
     }
 
     /// Re-evaluates the high watermark after something that can move it (an append, an fsync, a follower's
