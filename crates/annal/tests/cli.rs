@@ -369,6 +369,39 @@ fn acks_settings_and_follow() {
     broker.delete_quietly(&topic);
 }
 
+/// Two processes on one data directory would interleave their appends in the same segments; the second is
+/// refused at start-up with the directory named, and the first goes on serving.
+#[test]
+fn a_second_serve_on_a_data_directory_in_use_is_refused() {
+    let broker = Broker::start();
+    let Some(data_dir) = broker.data_dir() else {
+        return; // an external broker's directory is not ours to test
+    };
+    let topic = unique_topic("locked");
+    broker.ok(&["topic", "create", &topic], "");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let args = ["serve", "--listen", &listen, "--override", "http.listen="];
+    let second = Command::new(ANNAL)
+        .args(args)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_with_timeout(second, Duration::from_secs(30), &args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the second serve started: {err}");
+    assert!(
+        err.contains("is in use by another annal process")
+            && err.contains(&data_dir.display().to_string()),
+        "{err}"
+    );
+    let listed = broker.ok(&["topic", "list"], "");
+    assert!(listed.contains(&topic), "{listed}");
+    broker.delete_quietly(&topic);
+}
+
 #[test]
 fn errors_say_what_to_do() {
     let broker = Broker::start();

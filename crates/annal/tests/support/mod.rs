@@ -73,6 +73,11 @@ impl Broker {
         }
     }
 
+    /// The data directory of our own broker; `None` for an external one.
+    pub fn data_dir(&self) -> Option<&std::path::Path> {
+        self._dirs.as_ref().map(|(data, _)| data.path())
+    }
+
     /// Runs `annal ARGS -b ADDR` with `stdin`, returning its output.
     pub fn run(&self, args: &[&str], stdin: &str) -> Output {
         self.run_env(args, stdin, &[])
