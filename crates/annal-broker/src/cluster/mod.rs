@@ -252,38 +252,26 @@ impl ClusterRuntime {
             }
             None => {}
         }
-        let voters_u64 = voters
-            .iter()
-            .map(|(id, a)| (*id as u64, a.clone()))
-            .collect();
-        // Admin requests wait for the controller's commit and the broker's own timeouts (30 s and more for
-        // CreateTopics with many partitions); a heartbeat must fail well within the session timeout.
-        let channel = Arc::new(
-            ControllerChannel::new(voters_u64, node.watch_leader(), ADMIN_REQUEST_TIMEOUT)
+        // One connection to the active controller per kind of traffic, each carrying one request at a time, so
+        // none waits behind another: admin requests wait for the controller's commit and the broker's own
+        // timeouts (30 s and more for CreateTopics with many partitions), a heartbeat must fail well within the
+        // session timeout, and ISR changes must not queue behind a forwarded admin request (see `isr_channel`).
+        let new_channel = |timeout| {
+            Arc::new(
+                ControllerChannel::new(
+                    voters
+                        .iter()
+                        .map(|(id, a)| (*id as u64, a.clone()))
+                        .collect(),
+                    node.watch_leader(),
+                    timeout,
+                )
                 .with_network(controller_network(env.connector(), None)),
-        );
-        let lease_channel = Arc::new(
-            ControllerChannel::new(
-                voters
-                    .iter()
-                    .map(|(id, a)| (*id as u64, a.clone()))
-                    .collect(),
-                node.watch_leader(),
-                heartbeat_request_timeout(&cluster.lease),
             )
-            .with_network(controller_network(env.connector(), None)),
-        );
-        let isr_channel = Arc::new(
-            ControllerChannel::new(
-                voters
-                    .iter()
-                    .map(|(id, a)| (*id as u64, a.clone()))
-                    .collect(),
-                node.watch_leader(),
-                isr::ALTER_PARTITION_TIMEOUT,
-            )
-            .with_network(controller_network(env.connector(), None)),
-        );
+        };
+        let channel = new_channel(ADMIN_REQUEST_TIMEOUT);
+        let lease_channel = new_channel(heartbeat_request_timeout(&cluster.lease));
+        let isr_channel = new_channel(isr::ALTER_PARTITION_TIMEOUT);
         let (want_shutdown, _) = watch::channel(false);
         let (_, lease) = watch::channel(LeaseState::default());
         let client_listener_name = cluster
