@@ -6,6 +6,7 @@
 //! two nodes that applied the same records hold equal images.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use uuid::Uuid;
 
@@ -160,7 +161,10 @@ pub struct MetadataImage {
     /// The offset of the last record applied; `None` before the first.
     pub last_applied_offset: Option<u64>,
     pub brokers: BTreeMap<i32, BrokerRegistration>,
-    pub topics: BTreeMap<Uuid, TopicImage>,
+    /// Each topic behind an `Arc`, copied on write ([`Arc::make_mut`]): every applied entry makes a new image,
+    /// and a copy of the image then shares every topic the entry does not touch (a full copy of a
+    /// 100,000-partition image was tens of milliseconds per entry), and readers tell changed topics by pointer.
+    pub topics: BTreeMap<Uuid, Arc<TopicImage>>,
     pub topic_ids_by_name: BTreeMap<String, Uuid>,
     pub configs: BTreeMap<ConfigResource, BTreeMap<String, String>>,
     /// The first producer id of the next block handed out.
@@ -299,11 +303,11 @@ impl MetadataImage {
                 self.topic_ids_by_name.insert(r.name.clone(), r.topic_id);
                 self.topics.insert(
                     r.topic_id,
-                    TopicImage {
+                    Arc::new(TopicImage {
                         name: r.name.clone(),
                         id: r.topic_id,
                         partitions: BTreeMap::new(),
-                    },
+                    }),
                 );
             }
             MetadataRecord::Partition(r) => self.apply_partition(r)?,
@@ -317,7 +321,7 @@ impl MetadataImage {
                 // As Kafka does on replaying RemoveTopicRecord: a topic's configs go with it.
                 self.configs.remove(&ConfigResource {
                     resource_type: ConfigResourceType::Topic,
-                    name: topic.name,
+                    name: topic.name.clone(),
                 });
             }
             MetadataRecord::Config(r) => self.apply_config(r)?,
@@ -394,10 +398,11 @@ impl MetadataImage {
     }
 
     fn apply_partition(&mut self, r: &PartitionRecord) -> Result<(), String> {
-        let topic = self
-            .topics
-            .get_mut(&r.topic_id)
-            .ok_or_else(|| format!("no topic has id {}", r.topic_id))?;
+        let topic = Arc::make_mut(
+            self.topics
+                .get_mut(&r.topic_id)
+                .ok_or_else(|| format!("no topic has id {}", r.topic_id))?,
+        );
         if topic.partitions.contains_key(&r.partition_id) {
             return Err(format!(
                 "partition {}-{} already exists",
@@ -427,10 +432,11 @@ impl MetadataImage {
     /// Kafka's `PartitionRegistration.merge`: every change bumps the partition epoch; a leader change (to a broker
     /// or to none) bumps the leader epoch.
     fn apply_partition_change(&mut self, r: &PartitionChangeRecord) -> Result<(), String> {
-        let topic = self
-            .topics
-            .get_mut(&r.topic_id)
-            .ok_or_else(|| format!("no topic has id {}", r.topic_id))?;
+        let topic = Arc::make_mut(
+            self.topics
+                .get_mut(&r.topic_id)
+                .ok_or_else(|| format!("no topic has id {}", r.topic_id))?,
+        );
         let name = topic.name.clone();
         let old = topic
             .partitions
@@ -532,11 +538,11 @@ impl MetadataImage {
     pub fn topic_by_name(&self, name: &str) -> Option<&TopicImage> {
         self.topic_ids_by_name
             .get(name)
-            .and_then(|id| self.topics.get(id))
+            .and_then(|id| self.topic_by_id(id))
     }
 
     pub fn topic_by_id(&self, id: &Uuid) -> Option<&TopicImage> {
-        self.topics.get(id)
+        self.topics.get(id).map(Arc::as_ref)
     }
 
     fn partitions_where(&self, keep: impl Fn(&PartitionState) -> bool) -> Vec<PartitionRef> {

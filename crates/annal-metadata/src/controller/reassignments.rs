@@ -271,7 +271,7 @@ impl Controller {
         };
         let mut topics = Vec::new();
         let wanted: Vec<(&TopicImage, Option<&Vec<i32>>)> = match &req.topics {
-            None => image.topics.values().map(|t| (t, None)).collect(),
+            None => image.topics.values().map(|t| (&**t, None)).collect(),
             Some(list) => list
                 .iter()
                 .filter_map(|w| {
