@@ -11,7 +11,8 @@ use parking_lot::Mutex;
 
 /// Most threads that open or close logs at once (per call). The work waits on the device (fsyncs; at start-up,
 /// reads of files the page cache no longer holds: a restart of 100,000 partitions spent ~22 s of mostly idle
-/// CPU opening logs at 8), not the CPU, so this is a queue depth, not a core count. Each thread holds at most one log's files open at a time beyond the file-handle budget.
+/// CPU opening logs at 8), not the CPU, so this is a queue depth, not a core count. Each thread holds at most
+/// one log's files open at a time beyond the file-handle budget.
 pub const LOG_IO_THREADS_MAX: usize = 32;
 
 /// `f` over every item, on up to [`LOG_IO_THREADS_MAX`] threads; the results in the items' order. Runs inline

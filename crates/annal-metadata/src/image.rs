@@ -163,7 +163,8 @@ pub struct MetadataImage {
     pub brokers: BTreeMap<i32, BrokerRegistration>,
     /// Each topic behind an `Arc`, copied on write ([`Arc::make_mut`]): every applied entry makes a new image,
     /// and a copy of the image then shares every topic the entry does not touch (a full copy of a
-    /// 100,000-partition image was tens of milliseconds per entry), and readers tell changed topics by pointer.
+    /// 100,000-partition image was tens of milliseconds per entry). An unchanged topic keeps its pointer, so a
+    /// reader could skip it by `Arc::ptr_eq` (none does yet).
     pub topics: BTreeMap<Uuid, Arc<TopicImage>>,
     pub topic_ids_by_name: BTreeMap<String, Uuid>,
     pub configs: BTreeMap<ConfigResource, BTreeMap<String, String>>,
