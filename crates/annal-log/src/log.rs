@@ -761,13 +761,28 @@ impl Log {
         }
         let too_big = active.size() + incoming_bytes > self.config.segment_bytes;
         let key_index_full = active.key_index_full();
+        let segment_ms_max = self.segment_ms_max();
         let too_old = active
             .first_batch_timestamp()
-            .is_some_and(|ts| incoming_max_timestamp.saturating_sub(ts) > self.config.segment_ms);
+            .is_some_and(|ts| incoming_max_timestamp.saturating_sub(ts) > segment_ms_max);
         if too_big || too_old || active.indexes_full() || offsets_overflow || key_index_full {
             self.roll_at(roll_base)?;
         }
         Ok(())
+    }
+
+    /// The age at which the active segment rolls: `segment.ms`, or on a compacted log `max.compaction.lag.ms` when
+    /// that is smaller (Kafka's `LogConfig.maxSegmentMs`). The cleaner never touches the active segment, so
+    /// without this a quiet compacted partition would keep its dirty records for up to `segment.ms` (7 days by
+    /// default), past the maximum lag the topic promises.
+    fn segment_ms_max(&self) -> i64 {
+        if self.config.compact && self.config.max_compaction_lag_ms > 0 {
+            self.config
+                .segment_ms
+                .min(self.config.max_compaction_lag_ms)
+        } else {
+            self.config.segment_ms
+        }
     }
 
     /// Starts a new active segment at the log end offset. The old one is fsynced in the background (as Kafka

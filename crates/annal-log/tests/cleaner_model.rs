@@ -316,6 +316,44 @@ fn nothing_is_cleaned_below_the_ratio_or_past_the_upper_bound() {
     );
 }
 
+/// A compacted log rolls its active segment once it is older than `max.compaction.lag.ms` (when that is below
+/// `segment.ms`), so the cleaner, which never touches the active segment, can meet the promised lag; a log that is
+/// not compacted keeps rolling by `segment.ms` alone.
+#[test]
+fn max_compaction_lag_rolls_the_active_segment_of_a_compacted_log() {
+    let append_at = |log: &mut Log, timestamp: i64| {
+        let mut bytes = build_compressed_batch(
+            &[(Some(b"a".as_slice()), Some(b"v".as_slice()))],
+            &[timestamp],
+            Compression::None,
+            ProducerFields::default(),
+        );
+        log.append(&mut bytes, &AppendOptions::default()).unwrap();
+    };
+    let lagged = LogConfig {
+        segment_bytes: 1 << 20,
+        segment_ms: 7 * 24 * 3600 * 1000,
+        max_compaction_lag_ms: 60_000,
+        ..config()
+    };
+    for (compact, segments_expected) in [(true, 2), (false, 1)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(
+            dir.path(),
+            LogConfig {
+                compact,
+                ..lagged.clone()
+            },
+        )
+        .unwrap();
+        append_at(&mut log, 1_000);
+        append_at(&mut log, 1_000 + 60_000); // exactly the lag: not past it
+        assert_eq!(log.segments().len(), 1, "compact={compact}");
+        append_at(&mut log, 1_000 + 60_001);
+        assert_eq!(log.segments().len(), segments_expected, "compact={compact}");
+    }
+}
+
 // ---- Transactions: aborted data goes, markers outlive their data, read_committed sees the latest committed value.
 
 mod txn_model {
