@@ -111,10 +111,33 @@ impl ProducerStateManager {
         if !header.has_producer_id() {
             return Ok(SequenceCheck::Append);
         }
-        let entry = staged
-            .get(&header.producer_id)
-            .or_else(|| self.producers.get(&header.producer_id));
-        check_against(entry, header)
+        let committed = self.producers.get(&header.producer_id);
+        let Some(in_request) = staged.get(&header.producer_id) else {
+            return check_against(committed, header);
+        };
+        // A duplicate is a retry of a batch already in the log, found in the state before this request (as
+        // Kafka's `ProducerStateManager.lastEntry`). A batch that repeats one earlier in the same request is
+        // not a retry of anything written: reporting it as a duplicate would acknowledge the request while
+        // appending none of it, so it is out of sequence.
+        if let Some(SequenceCheck::Duplicate(meta)) =
+            committed.and_then(|c| check_against(Some(c), header).ok())
+        {
+            return Ok(SequenceCheck::Duplicate(meta));
+        }
+        match check_against(Some(in_request), header)? {
+            SequenceCheck::Duplicate(_) => Err(LogError::OutOfOrderSequence {
+                producer_id: header.producer_id,
+                epoch: header.producer_epoch,
+                sequence: header.base_sequence,
+                expected: batch::add_sequence(
+                    in_request
+                        .last_sequence()
+                        .expect("a duplicate was found among its batches"),
+                    1,
+                ),
+            }),
+            append => Ok(append),
+        }
     }
 
     /// Checks a transaction marker the coordinator writes, as Kafka's `ProducerAppendInfo.appendEndTxnMarker`:

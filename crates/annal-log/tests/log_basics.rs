@@ -430,6 +430,46 @@ fn idempotent_retry_returns_original_offsets_even_after_restart() {
     );
 }
 
+/// Fuzz finding (record_batch, 2026-12-05, `fuzz/corpus/record_batch/regression-duplicate-within-one-request`):
+/// a request whose second batch repeated its first (same producer, epoch and sequences) was answered as a
+/// duplicate, so the append reported success while writing none of the request. Kafka checks duplicates against
+/// the state before the request only; a repeat inside one request is out of sequence, and nothing is written.
+#[test]
+fn a_batch_repeated_within_one_request_is_out_of_sequence_not_a_duplicate() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_segments()).unwrap();
+    let producer = |seq| ProducerFields {
+        producer_id: 4000,
+        producer_epoch: 0,
+        base_sequence: seq,
+        transactional: false,
+    };
+    let values = [(None, Some(b"v".as_slice())), (None, Some(b"w".as_slice()))];
+    let mut request = build_batch(&values, &[5, 5], producer(0));
+    request.extend(build_batch(&values, &[5, 5], producer(0)));
+    assert!(matches!(
+        log.append(&mut request, &opts(0)),
+        Err(LogError::OutOfOrderSequence {
+            expected: 2,
+            sequence: 0,
+            ..
+        })
+    ));
+    assert_eq!(
+        log.log_end_offset(),
+        0,
+        "nothing of a refused request is written"
+    );
+    // The same batch alone appends; sent again on its own, it is a duplicate of what is in the log.
+    let first = log
+        .append(&mut build_batch(&values, &[5, 5], producer(0)), &opts(0))
+        .unwrap();
+    assert_eq!((first.first_offset, first.duplicate), (0, false));
+    let mut retry = build_batch(&values, &[5, 5], producer(0));
+    assert!(log.append(&mut retry, &opts(0)).unwrap().duplicate);
+    assert_eq!(log.log_end_offset(), 2);
+}
+
 /// A follower takes a leader's gaps (a cleaned log), even one wider than a segment's 32-bit relative offsets:
 /// the batch after it starts a new segment at its own offset, as Kafka rolls. An offset past i64 is refused
 /// whole, with the offsets named.
