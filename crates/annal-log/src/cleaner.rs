@@ -854,6 +854,14 @@ pub(crate) mod swap {
         (lines.next()? == "end").then_some(Manifest { old, new })
     }
 
+    /// Whether [`complete`] has anything to do in a directory so listed: a manifest (whole or not) or the
+    /// scratch directory.
+    pub(crate) fn may_be_pending(listing: &crate::dir_listing::DirListing) -> bool {
+        listing.may_contain(MANIFEST)
+            || listing.may_contain(&format!("{MANIFEST}.tmp"))
+            || listing.may_contain(super::SCRATCH_DIR)
+    }
+
     /// Finishes the swap the manifest describes (idempotent), then removes the scratch directory and the
     /// manifest. Without a manifest, removes the scratch directory (an unfinished pass).
     pub fn complete(dir: &Path) -> crate::Result<()> {

@@ -24,6 +24,7 @@ mod checkpoint;
 mod cleaner;
 mod config;
 pub mod control;
+mod dir_listing;
 mod error;
 mod file_handles;
 mod fsync_stats;

@@ -11,6 +11,7 @@ use crate::checkpoint::{self, Checkpoint};
 use crate::cleaner::{self, CleanOutcome, CleanTask, Cleanable, CleanedLog, SegmentSnapshot};
 use crate::config::LogConfig;
 use crate::control::{self, EndTxnMarker, TxnOutcome};
+use crate::dir_listing::DirListing;
 use crate::error::LogError;
 use crate::producer::{CompletedTxn, ProducerStateManager, SequenceCheck};
 use crate::roll_flush::{FlushFailure, Gate, RollFlush};
@@ -172,12 +173,20 @@ impl Log {
             config.segment_bytes > 0 && config.segment_bytes <= LogConfig::SEGMENT_BYTES_MAX,
             "segment.bytes out of range"
         );
-        std::fs::create_dir_all(dir).map_err(|e| LogError::io("create log directory", dir, e))?;
-        let checkpoint = Checkpoint::read(dir)?;
+        // One listing answers which files exist for the whole open (see `dir_listing`).
+        let mut listing = DirListing::read_or_create(dir)?;
+        let checkpoint = if listing.may_contain(checkpoint::FILE_NAME) {
+            Checkpoint::read(dir)?
+        } else {
+            None
+        };
         // A cleaning pass interrupted after its swap was decided is finished here; one interrupted before is
         // dropped (see `cleaner::swap`). Either way the segments are the old ones or the new ones.
-        cleaner::swap::complete(dir)?;
-        let (bases, snapshots) = scan_directory(dir)?;
+        if cleaner::swap::may_be_pending(&listing) {
+            cleaner::swap::complete(dir)?;
+            listing = DirListing::read_or_create(dir)?;
+        }
+        let (bases, snapshots) = scan_listing(dir, &listing);
 
         // The log's own flag is cleared on disk (below) before anything can change, in both modes, so it
         // can be trusted here whichever way the log was last closed.
@@ -205,7 +214,7 @@ impl Log {
         let mut iter = bases.iter().copied().peekable();
         while let Some(base) = iter.next() {
             let recover = first_to_recover.is_some_and(|first| base >= first);
-            let (seg, report) = Segment::open(dir, base, &config, recover)?;
+            let (seg, report) = Segment::open_listed(dir, base, &config, recover, &listing)?;
             if report.rebuilt_indexes.is_some() && first_recovered.is_none() {
                 first_recovered = Some(base);
             }
@@ -259,7 +268,11 @@ impl Log {
             generation: 0,
             background_failure: None,
             roll_flush_gate: None,
-            first_dirty_offset: cleaner::read_checkpoint(dir).unwrap_or(0).min(log_end),
+            first_dirty_offset: if listing.may_contain(cleaner::CHECKPOINT_FILE) {
+                cleaner::read_checkpoint(dir).unwrap_or(0).min(log_end)
+            } else {
+                0
+            },
         };
         log.load_producer_state(&snapshots, first_recovered)?;
         // The clean-shutdown flag must be cleared on disk before anything changes. Two atomic writes (file and
@@ -1548,20 +1561,25 @@ impl SyncHandle {
 /// Lists the base offsets of segments and snapshots in `dir`, removing leftovers of interrupted operations
 /// (temporary files, index files whose log is gone).
 fn scan_directory(dir: &Path) -> crate::Result<(Vec<i64>, Vec<i64>)> {
+    Ok(scan_listing(dir, &DirListing::read_or_create(dir)?))
+}
+
+/// [`scan_directory`] over a listing already made.
+fn scan_listing(dir: &Path, listing: &DirListing) -> (Vec<i64>, Vec<i64>) {
+    debug_assert!(
+        listing.is_known(),
+        "scan_listing needs the directory's names"
+    );
     let mut logs = Vec::new();
     let mut snapshots = Vec::new();
     let mut indexes = Vec::new();
-    let entries = std::fs::read_dir(dir).map_err(|e| LogError::io("list log directory", dir, e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| LogError::io("list log directory", dir, e))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
+    for name in listing.names() {
         if name.ends_with(".tmp")
             || name.ends_with(".deleted")
             || name.ends_with(".swap")
             || name.ends_with(".cleaned")
         {
-            let _ = std::fs::remove_file(entry.path());
+            let _ = std::fs::remove_file(dir.join(name));
             continue;
         }
         let Some((stem, suffix)) = name.split_once('.') else {
@@ -1577,7 +1595,7 @@ fn scan_directory(dir: &Path) -> crate::Result<(Vec<i64>, Vec<i64>)> {
             "log" => logs.push(base),
             "snapshot" => snapshots.push(base),
             "index" | "timeindex" | "txnindex" | crate::key_index::SUFFIX => {
-                indexes.push((base, entry.path()))
+                indexes.push((base, dir.join(name)))
             }
             _ => {}
         }
@@ -1589,8 +1607,7 @@ fn scan_directory(dir: &Path) -> crate::Result<(Vec<i64>, Vec<i64>)> {
             let _ = std::fs::remove_file(path);
         }
     }
-    let _ = checkpoint::FILE_NAME;
-    Ok((logs, snapshots))
+    (logs, snapshots)
 }
 
 fn background_failure_error(path: &Path, kind: std::io::ErrorKind, message: &str) -> LogError {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::batch::{self, BatchHeader, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2};
 use crate::config::LogConfig;
+use crate::dir_listing::DirListing;
 use crate::error::LogError;
 use crate::file_handles::CachedFile;
 use crate::index::{OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
@@ -127,6 +128,18 @@ impl Segment {
         config: &LogConfig,
         recover: bool,
     ) -> crate::Result<(Segment, OpenReport)> {
+        Self::open_listed(dir, base_offset, config, recover, &DirListing::unknown())
+    }
+
+    /// [`Segment::open`] in a directory listed when its log was opened: files the listing lacks are not
+    /// probed for.
+    pub(crate) fn open_listed(
+        dir: &Path,
+        base_offset: i64,
+        config: &LogConfig,
+        recover: bool,
+        listing: &DirListing,
+    ) -> crate::Result<(Segment, OpenReport)> {
         let handles = &config.file_handles;
         let log_path = dir.join(file_name(base_offset, "log"));
         let cached = CachedFile::open(
@@ -145,8 +158,11 @@ impl Segment {
         let time_path = dir.join(file_name(base_offset, "timeindex"));
         let mut report = OpenReport::default();
 
+        let indexes_present = listing.contains(dir, &file_name(base_offset, "index"))
+            && listing.contains(dir, &file_name(base_offset, "timeindex"));
         if !recover && file_size <= LogConfig::SEGMENT_BYTES_MAX {
             if let Some(segment) = Self::open_trusting_indexes(
+                indexes_present,
                 &log_path,
                 &mut cached,
                 &file,
@@ -158,12 +174,18 @@ impl Segment {
                 &mut report,
             )? {
                 let mut segment = segment;
-                segment.txn_index = TxnIndex::load(
-                    &TxnIndex::path_in(dir, base_offset),
-                    segment.next_offset,
-                    handles,
-                )?;
-                segment.set_key_index(config.key_index)?;
+                let txn_path = TxnIndex::path_in(dir, base_offset);
+                segment.txn_index = if listing.may_contain(&file_name(base_offset, "txnindex")) {
+                    TxnIndex::load(&txn_path, segment.next_offset, handles)?
+                } else {
+                    TxnIndex::detached(&txn_path, handles)
+                };
+                // With the key index off, a stale file is removed; no file, nothing to remove.
+                if config.key_index
+                    || listing.may_contain(&file_name(base_offset, crate::key_index::SUFFIX))
+                {
+                    segment.set_key_index(config.key_index)?;
+                }
                 segment.release_index_memory();
                 return Ok((segment, report));
             }
@@ -218,6 +240,7 @@ impl Segment {
 
     #[allow(clippy::too_many_arguments)]
     fn open_trusting_indexes(
+        indexes_present: bool,
         log_path: &Path,
         cached: &mut Option<CachedFile>,
         file: &File,
@@ -228,7 +251,7 @@ impl Segment {
         config: &LogConfig,
         report: &mut OpenReport,
     ) -> crate::Result<Option<Segment>> {
-        if !index_path.exists() || !time_path.exists() {
+        if !indexes_present {
             report.rebuilt_indexes = Some("index files missing".into());
             return Ok(None);
         }
