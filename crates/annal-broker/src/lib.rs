@@ -234,6 +234,7 @@ pub async fn start_in(
     listener: BrokerListener,
     env: BrokerEnv,
 ) -> anyhow::Result<Started> {
+    let mut phases = StartPhases::new();
     let (cluster_id, data_dir_lock) = open_data_dir(&config, env.network.is_none())?;
     // Bound first: an explicit http.listen that cannot be bound stops start-up before anything else runs.
     let http = if env.network.is_some() {
@@ -246,7 +247,9 @@ pub async fn start_in(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     // Every broker is part of a cluster: zero configuration makes a one-voter one (docs/decisions/0005).
     let mut cluster = cluster::ClusterRuntime::start(&config, &cluster_id, &env).await?;
+    phases.done("metadata quorum started (its log replayed)");
     let replica_manager = Arc::new(ReplicaManager::open(&config, stop_rx.clone())?);
+    phases.done("partition logs opened");
     let mut groups_config = config.groups.clone();
     groups_config.offsets_topic_replication_factor =
         config.cluster.replication.offsets_topic_replication_factor;
@@ -266,6 +269,7 @@ pub async fn start_in(
         &cluster,
         replica_manager.clone(),
     ));
+    phases.done("single-node topics imported");
     let groups =
         group::GroupCoordinator::start(replica_manager.clone(), creator, groups_config, false)?;
     let advertised = match (&config.advertised, listener.local_addr()) {
@@ -285,6 +289,7 @@ pub async fn start_in(
         }
     };
     let (bound, endpoints) = bind_listeners(&config, listener, &advertised, &env).await?;
+    phases.done("listeners bound");
     cluster
         .attach(
             &config,
@@ -295,6 +300,7 @@ pub async fn start_in(
             &env,
         )
         .await?;
+    phases.done("registered, unfenced and the first metadata image applied");
     let cluster = Arc::new(cluster);
     let txn_routes = Arc::new(cluster::ClusterTxnRoutes::new(
         cluster.clone(),
@@ -349,6 +355,7 @@ pub async fn start_in(
         readiness: Default::default(),
         console: console::api::ConsoleState::new(console_target(&bound)),
     });
+    phases.done("coordinators started");
     tracing::info!(
         listen = %broker.config.listen, advertised = %format!("{}:{}", broker.advertised.0, broker.advertised.1),
         data_dir = %broker.config.data_dir.display(), cluster_id = %broker.cluster_id,
@@ -755,6 +762,34 @@ pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + '
 }
 
 /// Like [`blocking`], but a panic in `f` is returned as an error (for background loops that must go on).
+/// Times the phases of [`start_in`] for the log: where a slow start-up (100,000 partitions, a cold page cache)
+/// spends its time.
+struct StartPhases {
+    start: std::time::Instant,
+    last: std::time::Instant,
+}
+
+impl StartPhases {
+    fn new() -> StartPhases {
+        let now = std::time::Instant::now();
+        StartPhases {
+            start: now,
+            last: now,
+        }
+    }
+
+    fn done(&mut self, phase: &str) {
+        let now = std::time::Instant::now();
+        tracing::info!(
+            phase,
+            took_ms = now.duration_since(self.last).as_millis() as u64,
+            since_start_ms = now.duration_since(self.start).as_millis() as u64,
+            "start-up phase"
+        );
+        self.last = now;
+    }
+}
+
 pub(crate) async fn blocking_caught<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, String> {

@@ -10,11 +10,12 @@
 //! fetchers this module starts and stops (see `docs/decisions/0010-replication.md`).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use annal_metadata::image::{ConfigResource, MetadataImage};
 use annal_metadata::records::ConfigResourceType;
 
-use crate::replica::{ReplicaFetchers, ReplicaManager};
+use crate::replica::{Partition, ReplicaFetchers, ReplicaManager};
 
 /// What one application changed, for the log line.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -24,18 +25,49 @@ pub struct Applied {
     pub leadership_changes: usize,
 }
 
+/// The partitions whose leadership an application changed: their leader-epoch checkpoints still have to be made
+/// durable ([`EpochsToSync::sync`]). Until then an append in a new epoch makes its own partition's durable first,
+/// so this is a batching of fsyncs, not a condition for serving.
+#[must_use = "the new leader epochs are made durable in a batch by `sync`"]
+pub struct EpochsToSync(Vec<Arc<Partition>>);
+
+/// Partitions per batch sync: an append to a partition of a batch in progress waits for that batch (two
+/// file-system syncs and this many small file writes), so a batch is kept short; 100,000 partitions made
+/// leaders at a restart are synced in 25 batches rather than one that holds every first append for seconds.
+const EPOCH_SYNC_BATCH: usize = 4096;
+
+impl EpochsToSync {
+    /// Makes the leader-epoch checkpoints durable, [`EPOCH_SYNC_BATCH`] partitions at a time (blocking).
+    pub fn sync(self) {
+        for batch in self.0.chunks(EPOCH_SYNC_BATCH) {
+            Partition::sync_leader_epochs_of(batch);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// Applies `image` (blocking: it opens and deletes logs). With `fetchers` (and the inter-broker listener name
 /// to find leaders' endpoints by), every partition this broker is a follower replica of is fetched from its
-/// leader, and no other.
+/// leader, and no other. The partitions are servable as the image says when this returns; the new leader
+/// epochs' checkpoints are synced by the caller, after it has reported the image applied (a restart of 100,000
+/// partitions spent 15-20 s of its start-up there).
 pub fn apply_image(
     rm: &ReplicaManager,
     image: &MetadataImage,
     fetchers: Option<(&ReplicaFetchers, &str)>,
-) -> anyhow::Result<Applied> {
+) -> anyhow::Result<(Applied, EpochsToSync)> {
     let me = rm.local_broker_id();
     let mut applied = Applied::default();
-    // Partitions whose leadership changed: their leader-epoch checkpoints are made durable together at the
-    // end (two file-system syncs instead of two fsyncs each; an append in the new epoch waits for its own).
+    // Partitions whose leadership changed: their leader-epoch checkpoints are made durable together
+    // afterwards (two file-system syncs per batch instead of two fsyncs each; an append in the new epoch
+    // waits for its own).
     let mut changed_parts = Vec::new();
     for local in rm.topics() {
         let keep = image
@@ -113,8 +145,7 @@ pub fn apply_image(
             }
         }
     }
-    crate::replica::Partition::sync_leader_epochs_of(&changed_parts);
-    Ok(applied)
+    Ok((applied, EpochsToSync(changed_parts)))
 }
 
 /// Fetches the partition from its leader if this broker is one of its followers, else stops fetching it.
@@ -123,7 +154,7 @@ fn follow_or_not(
     listener: &str,
     image: &MetadataImage,
     me: i32,
-    p: &std::sync::Arc<crate::replica::Partition>,
+    p: &Arc<Partition>,
     state: &annal_metadata::image::PartitionState,
 ) {
     let follower = state.leader >= 0 && state.leader != me && state.replicas.contains(&me);

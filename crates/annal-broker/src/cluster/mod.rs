@@ -620,12 +620,13 @@ async fn watch_image(
         let rm = replica_manager.clone();
         let img = image.clone();
         let (f, listener) = (fetchers.clone(), inter_broker_listener.clone());
+        let started = std::time::Instant::now();
         let result = crate::blocking_caught(move || {
             apply::apply_image(&rm, &img, Some((&f, listener.as_str())))
         })
         .await;
         match result {
-            Ok(Ok(applied)) => {
+            Ok(Ok((applied, epochs))) => {
                 applied_tx.send_modify(|n| *n += 1);
                 if applied != apply::Applied::default() {
                     tracing::info!(
@@ -633,7 +634,21 @@ async fn watch_image(
                         created = applied.topics_created,
                         deleted = applied.topics_deleted,
                         leadership_changes = applied.leadership_changes,
+                        took_ms = started.elapsed().as_millis() as u64,
                         "applied metadata"
+                    );
+                }
+                // After the image is reported applied (start-up serves from then on), before the next one.
+                if !epochs.is_empty() {
+                    let (count, started) = (epochs.len(), std::time::Instant::now());
+                    if let Err(e) = crate::blocking_caught(move || epochs.sync()).await {
+                        tracing::error!(error = %e, "the leader-epoch checkpoint sync panicked");
+                        return;
+                    }
+                    tracing::debug!(
+                        partitions = count,
+                        took_ms = started.elapsed().as_millis() as u64,
+                        "synced leader-epoch checkpoints"
                     );
                 }
             }

@@ -482,6 +482,11 @@ impl Partition {
         self.epochs_unsynced_flag.store(false, Ordering::Release);
     }
 
+    /// Whether the leader-epoch cache has changes not yet durable (an append would write them first).
+    pub fn leader_epochs_unsynced(&self) -> bool {
+        self.epochs_unsynced_flag.load(Ordering::Acquire)
+    }
+
     /// Makes the deferred leader-epoch caches of many partitions durable together, with two file-system syncs
     /// in all instead of two fsyncs per partition: each cache is claimed (appends to it now wait for this
     /// batch), written to a staging file, the staging files are synced, renamed over the checkpoints, and the
