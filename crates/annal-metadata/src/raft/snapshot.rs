@@ -8,6 +8,7 @@
 
 use std::io::{Cursor, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use openraft::storage::{RaftStateMachine, Snapshot};
@@ -53,9 +54,17 @@ struct Shared {
     sm: Arc<dyn StateMachine>,
     /// Held while applying and while taking a snapshot, so a snapshot's bytes match its log id exactly.
     applied: Mutex<Applied>,
+    /// Bytes of records applied since the last snapshot was built (or since start-up, the replay included):
+    /// what `Quorum` compares with `snapshot_every_bytes`.
+    bytes_since_snapshot: Arc<AtomicU64>,
 }
 
 impl SmStore {
+    /// Bytes of records applied since the last snapshot was built.
+    pub fn bytes_since_snapshot(&self) -> Arc<AtomicU64> {
+        self.shared.bytes_since_snapshot.clone()
+    }
+
     /// Restores the caller's state machine from the newest snapshot in `dir`, if there is one.
     pub fn open(dir: &Path, sm: Arc<dyn StateMachine>) -> Result<SmStore, String> {
         let mut applied = Applied {
@@ -77,6 +86,7 @@ impl SmStore {
                 dir: dir.to_path_buf(),
                 sm,
                 applied: Mutex::new(applied),
+                bytes_since_snapshot: Arc::new(AtomicU64::new(0)),
             }),
             disk_io: DiskIo::default(),
         })
@@ -97,6 +107,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SmStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let (meta, data) = {
             let applied = self.shared.applied.lock();
+            self.shared.bytes_since_snapshot.store(0, Ordering::Relaxed);
             let (sm_index, data) = self.shared.sm.snapshot();
             // Blank and membership entries are not shown to the state machine, so it may be behind by those.
             let raft_index = applied.last.map_or(0, |l| l.index);
@@ -157,7 +168,13 @@ impl RaftStateMachine<TypeConfig> for SmStore {
                 entry.log_id.index
             );
             match entry.payload {
-                EntryPayload::Normal(records) => run.push((entry.log_id.index, records)),
+                EntryPayload::Normal(records) => {
+                    let bytes: usize = records.iter().map(Vec::len).sum();
+                    self.shared
+                        .bytes_since_snapshot
+                        .fetch_add(bytes as u64, Ordering::Relaxed);
+                    run.push((entry.log_id.index, records))
+                }
                 EntryPayload::Membership(m) => {
                     self.shared.sm.apply_run(&std::mem::take(&mut run));
                     applied.membership = StoredMembership::new(Some(entry.log_id), m);

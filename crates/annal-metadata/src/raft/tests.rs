@@ -635,3 +635,49 @@ async fn appended_entries_survive_an_unclean_stop() {
         entries[2..3]
     );
 }
+
+/// Few entries with many records each (a 100,000-partition cluster's entries hold thousands): the bytes applied,
+/// not only the entry count, take a snapshot, so the log replayed at start-up stays bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_is_taken_after_enough_bytes_in_few_entries() {
+    let root = tempfile::tempdir().unwrap();
+    let (listener, addr) = bind_any().await;
+    let voters: BTreeMap<u64, String> = [(1u64, addr.clone())].into();
+    let node = start_node(
+        QuorumConfig {
+            snapshot_every_bytes: 16 * 1024,
+            ..config(1, &voters, &addr, root.path(), 1_000_000)
+        },
+        listener,
+    )
+    .await;
+    let dir = root.path().join("node-1").join(METADATA_LOG_DIR);
+    let has_snapshot = || {
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .any(|e| e.file_name().to_string_lossy().ends_with(".checkpoint"))
+    };
+    wait_for("the sole voter to lead", || {
+        node.quorum.is_leader().then_some(())
+    })
+    .await;
+    let mut expected = Vec::new();
+    for entry in 0..4 {
+        let records: Vec<Vec<u8>> = (0..8)
+            .map(|i| vec![b'a' + (entry * 8 + i) as u8 % 26; 1024])
+            .collect();
+        expected.extend(records.iter().cloned());
+        node.quorum.write(records).await.expect("write");
+        if entry == 0 {
+            assert!(!has_snapshot(), "8 KiB applied: below the threshold");
+        }
+    }
+    wait_applied(&node, &expected).await;
+    wait_for(
+        "a snapshot file after 32 KiB of records in 4 entries",
+        || has_snapshot().then_some(()),
+    )
+    .await;
+    node.stop().await;
+}
