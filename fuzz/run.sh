@@ -84,8 +84,10 @@ for t in "${targets[@]}"; do
   cargo +nightly fuzz run "${build_flags[@]}" "$t" "$out" "corpus/$t" -- \
     "${limits[@]}" -rss_limit_mb=2048 -timeout=20 -max_len=65536 -print_final_stats=1 \
     -artifact_prefix="artifacts/$t/" > "$log" 2>&1 || rc=$?
-  # With -jobs the stats are in fuzz-<n>.log files; sum them.
-  execs=$({ cat "$log"; cat fuzz-*.log 2>/dev/null || true; } | sed -n 's/^stat::number_of_executed_units: *//p' | awk '{s += $1} END {print s + 0}')
+  # With -jobs each job's stats are in its fuzz-<n>.log, and the parent's log repeats them: sum the jobs' logs
+  # only. With one process, its own log.
+  if ls fuzz-*.log > /dev/null 2>&1; then stats_logs=(fuzz-*.log); else stats_logs=("$log"); fi
+  execs=$(cat "${stats_logs[@]}" | sed -n 's/^stat::number_of_executed_units: *//p' | awk '{s += $1} END {print s + 0}')
   rm -f fuzz-*.log
   execs="${execs:-0}"
   total=$((total + execs))
