@@ -305,6 +305,69 @@ fn a_corrupt_txnindex_is_cut_to_its_valid_entries_without_a_panic() {
     assert_eq!(log.aborted_transactions(0, 7), vec![(1, 0)]);
 }
 
+/// Regression (fuzz target `log_recovery`, corpus `regression-txnindex-marker-before-first-offset`): a segment
+/// below the recovery point is trusted, not validated, so a damaged one can hold an ABORT marker at an offset
+/// before its transaction's first batch. Rebuilding the `.txnindex` from it panicked on the index's ordering
+/// assertion; now the entry is skipped (and logged) and the log opens with both batches readable.
+#[test]
+fn a_trusted_segment_with_a_marker_before_its_transaction_opens_without_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |base: i64, suffix: &str| dir.path().join(format!("{base:020}.{suffix}"));
+    let plain = |offset: i64, value: &[u8]| {
+        let mut b = annal_log::batch::build_uncompressed_batch(&[(None, Some(value))], TS);
+        annal_log::batch::assign_offset(&mut b, offset, 0);
+        b
+    };
+    // Segment 0, damaged: producer 7's transactional batch at offset 2, its ABORT marker at offset 1, then a
+    // plain batch at 3 that the offset index points at. Opening trusts the index and walks only the tail after
+    // its last entry, so the out-of-order pair before it is not seen until producer state is rebuilt.
+    let mut txn = txn_batch(7, 0, 0, 1);
+    annal_log::batch::assign_offset(&mut txn, 2, 0);
+    let mut abort = build_marker_batch(
+        7,
+        0,
+        EndTxnMarker {
+            outcome: TxnOutcome::Abort,
+            coordinator_epoch: 0,
+        },
+        TS,
+    );
+    annal_log::batch::assign_offset(&mut abort, 1, 0);
+    let tail_position = (txn.len() + abort.len()) as u32;
+    let segment: Vec<u8> = [txn, abort, plain(3, b"c")].concat();
+    std::fs::write(file(0, "log"), &segment).unwrap();
+    let entry: Vec<u8> = [3u32.to_be_bytes(), tail_position.to_be_bytes()].concat();
+    std::fs::write(file(0, "index"), entry).unwrap();
+    std::fs::write(file(0, "timeindex"), b"").unwrap();
+    // Segment 4, after it; the recovery point (4) makes segment 0 trusted and segment 4 recovered.
+    std::fs::write(file(4, "log"), plain(4, b"later")).unwrap();
+    std::fs::write(
+        dir.path().join("annal.checkpoint"),
+        "annal-checkpoint 1\nlog_start_offset=0\nrecovery_point=4\nclean_shutdown=false\n",
+    )
+    .unwrap();
+
+    let log = Log::open(dir.path(), LogConfig::default()).unwrap();
+    assert!(
+        log.aborted_transaction_entries().is_empty(),
+        "an aborted transaction whose marker precedes its first batch was indexed: {:?}",
+        log.aborted_transaction_entries()
+    );
+    assert_eq!(log.log_end_offset(), 5);
+    let read = log
+        .read(4, 1 << 20, None)
+        .unwrap()
+        .slice
+        .unwrap()
+        .read_to_vec()
+        .unwrap();
+    assert_eq!(
+        read,
+        plain(4, b"later"),
+        "the segment after the damaged one reads back"
+    );
+}
+
 #[test]
 fn a_follower_replays_markers_and_indexes_aborts() {
     let leader_dir = tempfile::tempdir().unwrap();
