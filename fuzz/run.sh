@@ -25,7 +25,7 @@ cd "$here"
 
 mode="${1:-short}"
 [ $# -gt 0 ] && shift
-all_targets=(request_frame record_batch record_batch_structured log_recovery producer_snapshot metadata_record txn_records
+all_targets=(request_frame record_batch record_batch_structured log_recovery producer_snapshot checkpoint_files metadata_record txn_records
              raft_entry group_records client_response client_records)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")

@@ -430,11 +430,23 @@ fn txn_seeds() {
     use annal_log::AppendOrigin;
     clear("txn_records");
     let with_selector = |selector: u8, bytes: &[u8]| [&[selector][..], bytes].concat();
-    write("txn_records", "key", &with_selector(0, &txn_records::key("copier-7")));
+    write(
+        "txn_records",
+        "key",
+        &with_selector(0, &txn_records::key("copier-7")),
+    );
     for (name, state, partitions) in [
         ("empty", TxnState::Empty, vec![]),
-        ("ongoing", TxnState::Ongoing, vec![("orders", 0), ("orders", 2), ("audit", 1)]),
-        ("prepare-commit", TxnState::PrepareCommit, vec![("orders", 1)]),
+        (
+            "ongoing",
+            TxnState::Ongoing,
+            vec![("orders", 0), ("orders", 2), ("audit", 1)],
+        ),
+        (
+            "prepare-commit",
+            TxnState::PrepareCommit,
+            vec![("orders", 1)],
+        ),
         ("complete-abort", TxnState::CompleteAbort, vec![]),
     ] {
         let value = TxnLogValue {
@@ -444,22 +456,39 @@ fn txn_seeds() {
             producer_epoch: 3,
             timeout_ms: 60_000,
             state,
-            partitions: partitions.into_iter().map(|(t, p)| (t.to_string(), p)).collect(),
+            partitions: partitions
+                .into_iter()
+                .map(|(t, p)| (t.to_string(), p))
+                .collect(),
             last_update_ms: 1_700_000_000_000,
             start_ms: 1_699_999_990_000,
             client_transaction_version: 0,
         };
-        write("txn_records", &format!("value-{name}"), &with_selector(1, &txn_records::value(&value)));
+        write(
+            "txn_records",
+            &format!("value-{name}"),
+            &with_selector(1, &txn_records::value(&value)),
+        );
     }
     for (name, outcome) in [("commit", TxnOutcome::Commit), ("abort", TxnOutcome::Abort)] {
-        let marker = EndTxnMarker { outcome, coordinator_epoch: 5 };
+        let marker = EndTxnMarker {
+            outcome,
+            coordinator_epoch: 5,
+        };
         let bytes = build_marker_batch(4000, 3, marker, 1_700_000_000_000);
-        write("txn_records", &format!("marker-{name}"), &with_selector(2, &bytes));
+        write(
+            "txn_records",
+            &format!("marker-{name}"),
+            &with_selector(2, &bytes),
+        );
     }
 
     let dir = tempfile::tempdir().unwrap();
     let mut log = Log::open(dir.path(), small_log_config()).unwrap();
-    let client = AppendOptions { now_ms: 1_700_000_000_000, ..AppendOptions::default() };
+    let client = AppendOptions {
+        now_ms: 1_700_000_000_000,
+        ..AppendOptions::default()
+    };
     let coordinator = AppendOptions {
         now_ms: 1_700_000_000_000,
         origin: AppendOrigin::Coordinator,
@@ -482,11 +511,18 @@ fn txn_seeds() {
             );
             log.append(&mut b, &client).unwrap();
         }
-        let outcome = if round % 2 == 0 { TxnOutcome::Abort } else { TxnOutcome::Commit };
+        let outcome = if round % 2 == 0 {
+            TxnOutcome::Abort
+        } else {
+            TxnOutcome::Commit
+        };
         let mut m = build_marker_batch(
             producer_id,
             0,
-            EndTxnMarker { outcome, coordinator_epoch: 1 },
+            EndTxnMarker {
+                outcome,
+                coordinator_epoch: 1,
+            },
             1_700_000_000_000,
         );
         log.append(&mut m, &coordinator).unwrap();
@@ -494,7 +530,10 @@ fn txn_seeds() {
     log.close().unwrap();
     let packed = pack_dir(dir.path()).unwrap();
     write("log_recovery", "transactions", &packed);
-    println!("log_recovery transactions: {} bytes; txn_records seeds", packed.len());
+    println!(
+        "log_recovery transactions: {} bytes; txn_records seeds",
+        packed.len()
+    );
 }
 
 fn metadata_seeds() {
@@ -586,6 +625,7 @@ fn metadata_seeds() {
         sequence.extend_from_slice(&one);
     }
     write("metadata_record", "sequence", &sequence);
+    checkpoint_seeds(&records);
 
     // Raft entries as the quorum writes them: an entry-header record, then the payload's records.
     let entries: Vec<(&str, String, Vec<Vec<u8>>)> = vec![
@@ -610,6 +650,56 @@ fn metadata_seeds() {
             Err(e) => eprintln!("raft_entry seed {name} does not decode: {e}"),
         }
     }
+}
+
+/// `checkpoint_files` inputs: the first byte picks the file (0 leader epochs, 1 high watermarks, 2 quorum state,
+/// 3 snapshot data, 7 snapshot data and a whole snapshot file), the rest is what the broker or quorum wrote.
+fn checkpoint_seeds(records: &[MetadataRecord]) {
+    use annal_broker::checkpoint_files::{write_high_watermarks, write_leader_epochs};
+    clear("checkpoint_files");
+    let dir = tempfile::tempdir().unwrap();
+    let seed = |which: u8, file: &str| {
+        let mut bytes = vec![which];
+        bytes.extend_from_slice(&std::fs::read(dir.path().join(file)).unwrap());
+        bytes
+    };
+    write_leader_epochs(dir.path(), &[(0, 0), (3, 17), (4, 17), (9, 1_000_000)]).unwrap();
+    write(
+        "checkpoint_files",
+        "leader-epochs",
+        &seed(0, "leader-epoch-checkpoint"),
+    );
+    let hws = [
+        (("orders".to_string(), 0), 42),
+        (("orders".to_string(), 1), 0),
+        (("__consumer_offsets".to_string(), 7), 9),
+    ];
+    write_high_watermarks(dir.path(), &hws.into_iter().collect()).unwrap();
+    write(
+        "checkpoint_files",
+        "high-watermarks",
+        &seed(1, "replication-offset-checkpoint"),
+    );
+    let state = br#"{"vote":{"leader_id":{"term":3,"node_id":2},"committed":true},"committed":{"leader_id":{"term":3,"node_id":2},"index":41},"last_purged":{"leader_id":{"term":2,"node_id":1},"index":20}}"#;
+    let mut quorum_state = vec![2u8];
+    quorum_state.extend_from_slice(state);
+    match annal_metadata::raft::decode_quorum_state_checked(state) {
+        Ok(()) => write("checkpoint_files", "quorum-state", &quorum_state),
+        Err(e) => eprintln!("checkpoint_files seed quorum-state does not parse: {e}"),
+    }
+    // A metadata image with a broker, a topic, a partition and a config, as the controller snapshots it (without
+    // the records that remove what the others add).
+    let mut image = annal_metadata::image::MetadataImage::new("fuzz-cluster");
+    for (offset, r) in records.iter().take(9).enumerate() {
+        let _ = image.try_apply(offset as u64, r);
+    }
+    let data = image.encode_snapshot();
+    let mut snapshot = vec![3u8];
+    snapshot.extend_from_slice(&data);
+    write("checkpoint_files", "image-snapshot", &snapshot);
+    let mut whole = vec![7u8];
+    whole.extend_from_slice(&annal_metadata::raft::snapshot_file_around(&data));
+    write("checkpoint_files", "snapshot-file", &whole);
 }
 
 fn group_seeds() {

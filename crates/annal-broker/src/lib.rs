@@ -39,6 +39,8 @@ pub use apis::fetch::zero_copy_counts;
 pub use config::BrokerConfig;
 pub use env::{BrokerEnv, BrokerListener};
 pub use log_manager::{invalid_topic_name, LogManager, Topic};
+#[doc(hidden)]
+pub use replica::checkpoint_files;
 pub use replica::{
     durable_sync_count, high_watermark, AppendEntry, FetchParams, FetchPartition,
     FetchPartitionResult, FollowerProgress, IsrChange, LeaderAppend, OffsetAndEpoch, OffsetSpec,

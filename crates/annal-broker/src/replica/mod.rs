@@ -12,6 +12,13 @@ mod fetcher;
 mod manager;
 mod partition;
 
+/// The checkpoint files' readers and writers, for the fuzz targets (fuzz/).
+#[doc(hidden)]
+pub mod checkpoint_files {
+    pub use super::checkpoints::{
+        read_high_watermarks, read_leader_epochs, write_high_watermarks, write_leader_epochs,
+    };
+}
 pub use error::PartitionError;
 pub use fetcher::ReplicaFetchers;
 pub use manager::{

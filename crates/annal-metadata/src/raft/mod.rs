@@ -53,6 +53,38 @@ pub fn decode_entry_checked(bytes: &[u8]) -> Result<usize, String> {
     Ok(used)
 }
 
+/// Parses a whole quorum snapshot file (`<index>-<term>.checkpoint`) as start-up does and checks it re-encodes to
+/// the same meta and data. The fuzz targets' entry (fuzz/): `Ok` is the state machine's bytes, which the
+/// controller hands to `MetadataImage::decode_snapshot`.
+///
+/// # Panics
+/// If what parsed does not survive encode + parse: a codec bug, which is what the fuzzer looks for.
+#[doc(hidden)]
+pub fn decode_snapshot_file_checked(bytes: &[u8]) -> Result<Vec<u8>, String> {
+    snapshot::parse_checkpoint_checked(bytes)
+}
+
+/// A valid quorum snapshot file around `data` (fuzz targets: mutated state-machine bytes past the CRC).
+#[doc(hidden)]
+pub fn snapshot_file_around(data: &[u8]) -> Vec<u8> {
+    snapshot::checkpoint_around(data)
+}
+
+/// Parses a `quorum-state` file (the vote, committed and purged log ids) as start-up does and checks it survives
+/// a write + read. The fuzz targets' entry (fuzz/).
+///
+/// # Panics
+/// If what parsed does not survive write + read.
+#[doc(hidden)]
+pub fn decode_quorum_state_checked(bytes: &[u8]) -> Result<(), String> {
+    let state = state_file::QuorumState::parse(bytes)?;
+    let again =
+        state_file::QuorumState::parse(&state.encode().expect("a parsed quorum state encodes"))
+            .expect("an encoded quorum state parses");
+    assert_eq!(again, state, "quorum state changed through write + read");
+    Ok(())
+}
+
 /// Name of the metadata log directory under `data_dir`, as in Kafka.
 pub const METADATA_LOG_DIR: &str = "__cluster_metadata-0";
 

@@ -25,7 +25,7 @@ impl QuorumState {
     pub fn read(dir: &Path) -> Result<QuorumState, String> {
         let path = dir.join(FILE_NAME);
         match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+            Ok(bytes) => QuorumState::parse(&bytes).map_err(|e| {
                 format!("{} is unreadable ({e}); restore it from a backup or remove the node's metadata log and re-add it", path.display())
             }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(QuorumState::default()),
@@ -33,9 +33,19 @@ impl QuorumState {
         }
     }
 
+    /// The file's content as `read` decodes it.
+    pub fn parse(bytes: &[u8]) -> Result<QuorumState, String> {
+        serde_json::from_slice(bytes).map_err(|e| e.to_string())
+    }
+
+    /// The file's content as `write` writes it.
+    pub fn encode(&self) -> std::io::Result<Vec<u8>> {
+        serde_json::to_vec(self).map_err(std::io::Error::other)
+    }
+
     pub fn write(&self, dir: &Path) -> std::io::Result<()> {
         let tmp: PathBuf = dir.join(TMP_NAME);
-        let bytes = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        let bytes = self.encode()?;
         let mut file = std::fs::File::create(&tmp)?;
         file.write_all(&bytes)?;
         file.sync_all()?;
