@@ -33,6 +33,8 @@ mod index;
 pub mod key_index;
 mod key_lookup;
 mod log;
+#[doc(hidden)]
+pub mod page_cache;
 pub mod producer;
 pub mod records;
 mod roll_flush;

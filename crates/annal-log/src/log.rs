@@ -1553,6 +1553,7 @@ impl SyncHandle {
         }
         for file in &self.files {
             crate::fsync_stats::timed(|| file.sync_data())?;
+            crate::page_cache::mark_durable(file);
         }
         Ok(())
     }

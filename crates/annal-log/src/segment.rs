@@ -71,6 +71,9 @@ impl Segment {
             &log_path,
             OpenOptions::new().read(true).write(true).create_new(true),
         )?;
+        if let Ok(f) = file.get() {
+            crate::page_cache::mark_durable(&f);
+        }
         let index_path = dir.join(file_name(base_offset, "index"));
         let time_path = dir.join(file_name(base_offset, "timeindex"));
         let indexes = OffsetIndex::create(handles, &index_path, config.segment_index_bytes)
@@ -154,6 +157,7 @@ impl Segment {
             .metadata()
             .map_err(|e| LogError::io("stat segment", &log_path, e))?
             .len();
+        crate::page_cache::mark_durable(&file);
         let index_path = dir.join(file_name(base_offset, "index"));
         let time_path = dir.join(file_name(base_offset, "timeindex"));
         let mut report = OpenReport::default();
@@ -232,6 +236,7 @@ impl Segment {
                 .map_err(|e| LogError::io("truncate segment", &log_path, e))?;
             file.sync_all()
                 .map_err(|e| LogError::io("fsync segment", &log_path, e))?;
+            crate::page_cache::mark_durable(&file);
         }
         segment.set_key_index(config.key_index)?;
         segment.release_index_memory();
@@ -846,6 +851,7 @@ impl Segment {
         let file = self.log_file()?;
         crate::fsync_stats::timed(|| file.sync_data())
             .map_err(|e| LogError::io("fsync segment", &self.log_path, e))?;
+        crate::page_cache::mark_durable(&file);
         self.offset_index.sync()?;
         self.time_index.sync()?;
         self.txn_index.sync()

@@ -92,7 +92,16 @@ pub struct Options {
     /// The simulation's step: how often turmoil delivers messages between hosts and steps every host's
     /// runtime ([`TICK`]; `SIM_TICK_MS`). Inside a host, timers still fire at their own millisecond.
     pub tick: Duration,
+    /// How many of a run's crashes may be power losses: the crashed node also loses what it wrote to its segment
+    /// files and did not fsync (`annal_log::page_cache`). Each crash is one with even odds (from the seed) while
+    /// the budget lasts; the others are process crashes, whose writes the machine's page cache keeps.
+    /// [`DEFAULT_POWER_LOSSES`] unless set (`--power-losses N`, `SIM_POWER_LOSSES`); see
+    /// docs/decisions/0011-simulation.md for what a power loss may cost.
+    pub power_losses: u32,
 }
+
+/// [`Options::power_losses`] unless set.
+pub const DEFAULT_POWER_LOSSES: u32 = 0;
 
 /// The default step. Each step costs every host's runtime a `block_on` whatever happens in it, which was most
 /// of a run's CPU at 1 ms; a message between hosts takes at least one step.
@@ -111,6 +120,10 @@ impl Default for Options {
                 .and_then(|v| v.parse().ok())
                 .filter(|ms| *ms > 0)
                 .map_or(TICK, Duration::from_millis),
+            power_losses: std::env::var("SIM_POWER_LOSSES")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(DEFAULT_POWER_LOSSES),
         }
     }
 }
@@ -180,16 +193,25 @@ impl Report {
             let ms = self.options.tick.as_millis();
             (format!("SIM_TICK_MS={ms} "), format!(" --tick-ms {ms}"))
         };
+        let (env_cache, flag_cache) = if self.options.power_losses == DEFAULT_POWER_LOSSES {
+            (String::new(), String::new())
+        } else {
+            let n = self.options.power_losses;
+            (
+                format!("SIM_POWER_LOSSES={n} "),
+                format!(" --power-losses {n}"),
+            )
+        };
         let test = if self.options.planted == Planted::Nothing {
             format!(
-                "{env_tick}{env_strict}{env_brokers}SIM_SEED={seed} SIM_SECONDS={seconds} cargo test --release -p annal-sim --test seeds -- --nocapture\n  or ",
+                "{env_tick}{env_strict}{env_brokers}{env_cache}SIM_SEED={seed} SIM_SECONDS={seconds} cargo test --release -p annal-sim --test seeds -- --nocapture\n  or ",
                 seed = self.seed
             )
         } else {
             String::new()
         };
         format!(
-            "{test}cargo run --release -p annal-sim -- --seed {seed} --seconds {seconds}{flag_brokers}{flag_strict}{flag_planted}{flag_tick} --trace",
+            "{test}cargo run --release -p annal-sim -- --seed {seed} --seconds {seconds}{flag_brokers}{flag_strict}{flag_planted}{flag_tick}{flag_cache} --trace",
             seed = self.seed
         )
     }
@@ -207,6 +229,8 @@ pub(crate) struct Shared {
     pub(crate) clock_jumps: Mutex<BTreeMap<i32, u64>>,
     pub(crate) healed: AtomicBool,
     pub(crate) final_acked: AtomicBool,
+    /// Power losses per node so far: a node's simulated machine boot (its boot id) changes with each.
+    pub(crate) power_losses: Mutex<BTreeMap<i32, u32>>,
 }
 
 /// Moves tokio's process-wide task-id counter to the next multiple of 64. A current-thread runtime keeps its
@@ -277,6 +301,11 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
         },
         inline_disk_io: true,
     });
+    // Always on: besides power losses, it makes the engine's background fsyncs run inline (deterministic).
+    let _page_cache = PageCacheGuard::start(true);
+    // Its own stream, so the schedule and the boots are the same whatever the power-loss budget.
+    let mut power_loss_rng = StdRng::seed_from_u64(seed ^ 0x0009_a9e0);
+    let mut power_losses_left = options.power_losses;
     let wall = Instant::now();
     let dir = tempfile::Builder::new()
         .prefix("annal-sim-")
@@ -302,6 +331,7 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
         clock_jumps: Mutex::new(BTreeMap::new()),
         healed: AtomicBool::new(false),
         final_acked: AtomicBool::new(false),
+        power_losses: Mutex::new(BTreeMap::new()),
     });
     let base_latency = rng.gen_range(1..10);
     let tick = options.tick;
@@ -348,6 +378,10 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
             let s = pending.remove(0);
             apply(&mut sim, &shared, &s.fault);
             if let Fault::Crash(n) = s.fault {
+                if power_losses_left > 0 && power_loss_rng.gen_bool(0.5) {
+                    power_losses_left -= 1;
+                    lose_unsynced(&shared, n, now_ms_of(&sim));
+                }
                 plant(&shared, options.planted, n, now_ms_of(&sim));
             }
             active.push(s);
@@ -495,6 +529,52 @@ impl Drop for TestingGuard {
     }
 }
 
+/// Tracks the segment files' durable lengths for one run ([`Options::power_losses`]).
+struct PageCacheGuard(bool);
+
+impl PageCacheGuard {
+    fn start(on: bool) -> PageCacheGuard {
+        if on {
+            annal_log::page_cache::start_tracking();
+        }
+        PageCacheGuard(on)
+    }
+}
+
+impl Drop for PageCacheGuard {
+    fn drop(&mut self) {
+        if self.0 {
+            annal_log::page_cache::stop_tracking();
+        }
+    }
+}
+
+/// Right after node `n` crashed, when the crash is a power loss: its segment files lose what was not fsynced.
+/// The trace records how much each lost (relative paths: the data directory's name is random).
+fn lose_unsynced(shared: &Shared, n: i32, at: u64) {
+    *shared.power_losses.lock().entry(n).or_insert(0) += 1;
+    let data = shared.dir.join(host(n));
+    let what = match annal_log::page_cache::lose_unsynced(&data) {
+        Ok(lost) if lost.is_empty() => format!("power loss: n{n} lost nothing (all fsynced)"),
+        Ok(lost) => {
+            let files: Vec<String> = lost
+                .iter()
+                .map(|l| {
+                    let name = l.path.strip_prefix(&data).unwrap_or(&l.path);
+                    format!("{} {}->{}", name.display(), l.from, l.to)
+                })
+                .collect();
+            format!(
+                "power loss: n{n} lost the unsynced tails of {} files: {}",
+                lost.len(),
+                files.join(", ")
+            )
+        }
+        Err(e) => format!("power loss: n{n}'s files could not be cut back: {e}"),
+    };
+    shared.history.lock().event(at, what);
+}
+
 /// What a planted fault does to voter `n`'s disk right after its crash.
 fn plant(shared: &Shared, planted: Planted, n: i32, at: u64) {
     let data = shared.dir.join(host(n));
@@ -544,7 +624,13 @@ fn apply(sim: &mut turmoil::Sim<'_>, shared: &Shared, fault: &Fault) {
         Fault::Slow(a, b, ms) => {
             sim.set_link_max_message_latency(host(*a), host(*b), Duration::from_millis(*ms))
         }
-        Fault::Crash(n) => sim.crash(host(*n)),
+        Fault::Crash(n) => {
+            // A crash runs no destructors in a real process; here dropping the host's runtime does, and
+            // whatever they fsync must not count as durable.
+            annal_log::page_cache::freeze(true);
+            sim.crash(host(*n));
+            annal_log::page_cache::freeze(false);
+        }
         Fault::ClockJump(n, ms) => {
             shared.clock_jumps.lock().insert(*n, *ms);
         }

@@ -9,8 +9,14 @@
 //! `--brokers` (or `SIM_BROKERS=1`) runs the real brokers (three combined nodes) with producers and a reader,
 //! where `--plant-hw-before-isr`, `--plant-truncate-to-hw`, `--plant-elect-outside-isr` and
 //! `--plant-ack-before-isr-commit` plant a replication bug in the real code.
+//! `--power-losses N` (default 0) lets up to N of a run's crashes be power losses, where the crashed node also
+//! loses what it did not fsync to its segment files; 0 makes every crash a process crash.
+//! `--jobs J` runs the seeds in J processes of this binary (seed `from + k + i*J` in the k-th), for the cores a
+//! long run has: a simulation is single-threaded and one runs at a time per process (tokio's task ids are
+//! process-wide and drive a crashed host's drop order), so processes, not threads, are the unit of parallelism.
 
-use std::process::ExitCode;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use annal_metadata::env::testing::PlantedBug;
@@ -21,8 +27,10 @@ fn main() -> ExitCode {
         // The nodes' own logs on stderr (`RUST_LOG=warn`, `RUST_LOG=annal_broker=info`): for reading a replay.
         annal_broker::init_tracing();
     }
-    let mut args = std::env::args().skip(1);
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let mut args = argv.iter().cloned();
     let (mut seeds, mut from, mut one, mut trace, mut twice) = (10u64, 0u64, None, false, false);
+    let (mut jobs, mut stride) = (1u64, 1u64);
     let mut options = Options::default();
     while let Some(arg) = args.next() {
         let mut value = |name: &str| -> u64 {
@@ -34,6 +42,8 @@ fn main() -> ExitCode {
             "--seeds" => seeds = value("--seeds"),
             "--from" => from = value("--from"),
             "--seed" => one = Some(value("--seed")),
+            "--jobs" => jobs = value("--jobs").clamp(1, 64),
+            "--stride" => stride = value("--stride").max(1),
             "--seconds" => options.fault_phase = Duration::from_secs(value("--seconds")),
             "--tick-ms" => options.tick = Duration::from_millis(value("--tick-ms").max(1)),
             "--trace" => trace = true,
@@ -42,6 +52,7 @@ fn main() -> ExitCode {
             "--plant-forget-vote" => options.planted = Planted::ForgetVoteOnCrash,
             "--plant-wipe-disk" => options.planted = Planted::WipeDiskOnCrash,
             "--brokers" => options.brokers = true,
+            "--power-losses" => options.power_losses = value("--power-losses") as u32,
             "--plant-hw-before-isr" => {
                 options.planted = Planted::Replication(PlantedBug::HighWatermarkBeforeIsr)
             }
@@ -55,17 +66,20 @@ fn main() -> ExitCode {
                 options.planted = Planted::Replication(PlantedBug::AckBeforeIsrCommitted)
             }
             other => {
-                eprintln!("unknown argument {other}; usage: annal-sim [--seeds N] [--from S] [--seed S] [--seconds T] [--tick-ms MS] [--trace] [--twice] [--strict-terms] [--brokers] [--plant-forget-vote|--plant-wipe-disk|--plant-hw-before-isr|--plant-truncate-to-hw|--plant-elect-outside-isr|--plant-ack-before-isr-commit]");
+                eprintln!("unknown argument {other}; usage: annal-sim [--seeds N] [--from S] [--seed S] [--jobs J] [--seconds T] [--power-losses N] [--tick-ms MS] [--trace] [--twice] [--strict-terms] [--brokers] [--plant-forget-vote|--plant-wipe-disk|--plant-hw-before-isr|--plant-truncate-to-hw|--plant-elect-outside-isr|--plant-ack-before-isr-commit]");
                 return ExitCode::from(2);
             }
         }
     }
     options.keep_trace = trace;
-    let range = match one {
-        Some(s) => s..s + 1,
-        None => from..from + seeds,
-    };
     let started = Instant::now();
+    if jobs > 1 && one.is_none() {
+        return run_in_processes(&argv, from, seeds, jobs, started);
+    }
+    let range: Vec<u64> = match one {
+        Some(s) => vec![s],
+        None => (from..from + seeds).step_by(stride as usize).collect(),
+    };
     let (mut passed, mut failed) = (0u64, Vec::new());
     let mut simulated = Duration::ZERO;
     for seed in range {
@@ -133,6 +147,17 @@ fn main() -> ExitCode {
             );
         }
     }
+    if std::env::var_os(CHILD_ENV).is_some() {
+        println!(
+            "{CHILD_SUMMARY} {passed} {} {}",
+            simulated.as_millis(),
+            failed
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+    }
     println!(
         "{passed} passed, {} failed ({:?} simulated in {:?} of wall time){}",
         failed.len(),
@@ -145,6 +170,113 @@ fn main() -> ExitCode {
         }
     );
     if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Set in the environment of `--jobs`' child processes: each ends with a [`CHILD_SUMMARY`] line for the parent.
+const CHILD_ENV: &str = "ANNAL_SIM_CHILD";
+const CHILD_SUMMARY: &str = "annal-sim-child-summary";
+
+/// `--jobs`: the same command in `jobs` child processes, the k-th running seeds `from + k`, `from + k + jobs`, ...;
+/// their output is passed through (a failing seed's replay command included) and their summaries added up.
+fn run_in_processes(
+    argv: &[String],
+    from: u64,
+    seeds: u64,
+    jobs: u64,
+    started: Instant,
+) -> ExitCode {
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            eprintln!("annal-sim --jobs: cannot find this binary to start its jobs ({e}); run without --jobs");
+            return ExitCode::from(2);
+        }
+    };
+    // The parent's arguments without the seed range and --jobs, which each child gets its own of.
+    let mut common = Vec::new();
+    let mut args = argv.iter();
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--seeds" | "--from" | "--jobs" | "--stride" => {
+                args.next();
+            }
+            _ => common.push(a.clone()),
+        }
+    }
+    let children: Vec<_> = (0..jobs.min(seeds.max(1)))
+        .map(|k| {
+            let count = seeds.saturating_sub(k).div_ceil(jobs);
+            Command::new(&exe)
+                .args(&common)
+                .args(["--from", &(from + k).to_string()])
+                .args(["--seeds", &(count * jobs).to_string()])
+                .args(["--stride", &jobs.to_string()])
+                .env(CHILD_ENV, "1")
+                .stdout(Stdio::piped())
+                .spawn()
+        })
+        .collect();
+    let (mut passed, mut failed, mut simulated_ms, mut broken) = (0u64, Vec::new(), 0u64, false);
+    let readers: Vec<_> = children
+        .into_iter()
+        .map(|child| {
+            std::thread::spawn(move || {
+                let mut child = child?;
+                let mut summary = None;
+                let stdout = child.stdout.take().expect("piped");
+                for line in BufReader::new(stdout).lines() {
+                    let line = line?;
+                    match line.strip_prefix(CHILD_SUMMARY) {
+                        Some(rest) => summary = Some(rest.trim().to_string()),
+                        // A child's own total; the parent prints the sum.
+                        None if line.contains(" passed, ") && line.contains(" simulated in ") => {}
+                        None => println!("{line}"),
+                    }
+                }
+                child.wait()?;
+                Ok::<_, std::io::Error>(summary)
+            })
+        })
+        .collect();
+    for reader in readers {
+        let summary = reader.join().ok().and_then(|r| r.ok()).flatten();
+        let Some(summary) = summary else {
+            broken = true;
+            continue;
+        };
+        let mut fields = summary.splitn(3, ' ');
+        passed += fields.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+        simulated_ms += fields.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+        failed.extend(
+            fields
+                .next()
+                .unwrap_or("")
+                .split(',')
+                .filter_map(|v| v.parse::<u64>().ok()),
+        );
+    }
+    failed.sort_unstable();
+    println!(
+        "{passed} passed, {} failed ({:?} simulated in {:?} of wall time, {jobs} jobs){}{}",
+        failed.len(),
+        Duration::from_millis(simulated_ms),
+        started.elapsed(),
+        if failed.is_empty() {
+            String::new()
+        } else {
+            format!("; failing seeds: {failed:?}")
+        },
+        if broken {
+            "; a job ended without its summary (crashed or killed): see above"
+        } else {
+            ""
+        }
+    );
+    if failed.is_empty() && !broken {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
