@@ -25,12 +25,22 @@ pub struct BrokerEnv {
     /// `Some(s)`: the controller's seed and the broker's incarnation id derive from `s` instead of the OS's
     /// randomness (the simulator draws one per boot, so a restarted broker is a new incarnation).
     pub seed: Option<u64>,
+    /// `Some(id)`: the machine boot this process runs on (the simulator's, which changes at a simulated power
+    /// loss only); `None`: the kernel's boot id. See `clean_shutdown`: a restart on the same boot lost nothing.
+    pub boot_id: Option<String>,
 }
 
 impl BrokerEnv {
     /// The operating system's network and randomness.
     pub fn production() -> BrokerEnv {
         BrokerEnv::default()
+    }
+
+    /// The machine boot this process runs on, if known.
+    pub fn boot_id(&self) -> Option<String> {
+        self.boot_id
+            .clone()
+            .or_else(crate::clean_shutdown::kernel_boot_id)
     }
 
     /// The network connections go through.

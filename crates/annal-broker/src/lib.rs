@@ -245,7 +245,21 @@ pub async fn start_in(
         ops::http::bind(&config.ops).await?
     };
     // Taken before anything is served: from here on, a crash is an unclean stop.
-    let previous_broker_epoch = clean_shutdown::take(&config.data_dir)?;
+    let mut previous_broker_epoch = clean_shutdown::take(&config.data_dir)?;
+    let boot_id = env.boot_id();
+    if previous_broker_epoch == clean_shutdown::UNKNOWN_EPOCH {
+        if let Some(epoch) = boot_id
+            .as_deref()
+            .and_then(|boot| clean_shutdown::process_crash_epoch(&config.data_dir, boot))
+        {
+            tracing::info!(
+                broker_epoch = epoch,
+                "the last process crashed but the machine did not (same boot id): every write it made is in \
+                 the page cache, so this restart counts as clean for the controller (KIP-966)"
+            );
+            previous_broker_epoch = epoch;
+        }
+    }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     // Every broker is part of a cluster: zero configuration makes a one-voter one (docs/decisions/0005).
     let mut cluster = cluster::ClusterRuntime::start(&config, &cluster_id, &env).await?;

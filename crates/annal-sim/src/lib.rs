@@ -101,7 +101,7 @@ pub struct Options {
 }
 
 /// [`Options::power_losses`] unless set.
-pub const DEFAULT_POWER_LOSSES: u32 = 0;
+pub const DEFAULT_POWER_LOSSES: u32 = 1;
 
 /// The default step. Each step costs every host's runtime a `block_on` whatever happens in it, which was most
 /// of a run's CPU at 1 ms; a message between hosts takes at least one step.

@@ -9,7 +9,7 @@
 //! `--brokers` (or `SIM_BROKERS=1`) runs the real brokers (three combined nodes) with producers and a reader,
 //! where `--plant-hw-before-isr`, `--plant-truncate-to-hw`, `--plant-elect-outside-isr` and
 //! `--plant-ack-before-isr-commit` plant a replication bug in the real code.
-//! `--power-losses N` (default 0) lets up to N of a run's crashes be power losses, where the crashed node also
+//! `--power-losses N` (default 1) lets up to N of a run's crashes be power losses, where the crashed node also
 //! loses what it did not fsync to its segment files; 0 makes every crash a process crash.
 //! `--jobs J` runs the seeds in J processes of this binary (seed `from + k + i*J` in the k-th), for the cores a
 //! long run has: a simulation is single-threaded and one runs at a time per process (tokio's task ids are

@@ -408,6 +408,11 @@ pub(crate) async fn node(shared: Arc<Shared>, n: i32) -> turmoil::Result {
             on_apply: Some(observer),
         },
         seed: Some(shared.seed ^ boot_seed),
+        // A process crash keeps the machine's page cache; a power loss (`lose_unsynced`) starts a new boot.
+        boot_id: Some(format!(
+            "sim-n{n}-boot-{}",
+            shared.power_losses.lock().get(&n).copied().unwrap_or(0)
+        )),
     };
     let voters = (1..=VOTERS)
         .map(|v| format!("{v}@{}:{CONTROLLER_PORT}", host(v)))

@@ -6,6 +6,7 @@
 //! - `SIM_TICK_MS=ms` sets the simulation's step (default 2, `annal_sim::TICK`).
 //! - `SIM_STRICT_TERMS=1` fails a seed on two leaders in one term (a known finding, decision 0011).
 //! - `SIM_TEETH_SEEDS=n` bounds the planted-fault search (the checks' teeth; default 10).
+//! - `SIM_POWER_LOSSES=n`: how many crashes of a run may be power losses (default 1, `Options::power_losses`).
 //! - `SIM_BROKER_SEEDS=n`: seeds of the real brokers (`Options::brokers`: three combined nodes, producers and
 //!   a reader; default 2 in release, 1 in debug), each run twice; `SIM_BROKERS=1 SIM_SEED=s` replays one.
 //! - The long mode is the binary: `cargo run --release -p annal-sim -- --seeds 10000 [--twice]`.
@@ -117,6 +118,8 @@ fn isr_changes_do_not_wait_behind_a_forwarded_admin_request() {
         fault_phase: Duration::from_secs(30),
         keep_trace: true,
         brokers: true,
+        // The schedule that found it: every crash a process crash, as before power losses existed.
+        power_losses: 0,
         ..Options::default()
     };
     let report = run_seed(1, &options);
@@ -128,6 +131,40 @@ fn isr_changes_do_not_wait_behind_a_forwarded_admin_request() {
     assert!(
         report.acked_topics > 2,
         "seed 1 created no topic during the faults; the regression no longer exercises a forwarded CreateTopics"
+    );
+}
+
+/// Regression, broker seed 31 of 60 s with one power loss: `plain-0`'s ISR had shrunk to its leader n2 (below
+/// min.insync.replicas, so n1 and n3, which held its 91 committed records, were in its ELR). n2 lost power and its
+/// unflushed writes; n1 and n3 crashed as processes only, keeping every write in the page cache. All three
+/// restarts counted as unclean (KIP-966), which emptied the ELR, and the controller recovered the partition on its
+/// last known leader, n2, with an empty log: n1 and n3 truncated all 91 records (a value read below the high
+/// watermark later read differently). A restart on the same machine boot now shows the controller its last
+/// epoch (`annal_broker::clean_shutdown`, `.annal_running`), so n1 and n3 keep their ELR places and one of them
+/// leads. Fails without that fix.
+#[test]
+fn a_process_crash_keeps_its_elr_place_when_the_last_leader_lost_power() {
+    if std::env::var("SIM_SEED").is_ok() {
+        return;
+    }
+    let options = Options {
+        fault_phase: Duration::from_secs(60),
+        keep_trace: true,
+        brokers: true,
+        power_losses: 1,
+        ..Options::default()
+    };
+    let report = run_seed(31, &options);
+    println!("{}", describe(&report));
+    if !report.passed() {
+        fail(&report);
+    }
+    assert!(
+        report
+            .trace
+            .iter()
+            .any(|(_, e)| e.starts_with("power loss: n2 lost the unsynced tails")),
+        "seed 31 no longer cuts n2's unflushed writes; the regression no longer exercises a power loss"
     );
 }
 

@@ -42,6 +42,9 @@ pub struct LifecycleConfig {
     /// The epoch the last process of this node stopped cleanly at (`.kafka_cleanshutdown`), or -1: sent as
     /// PreviousBrokerEpoch by this process's first registration only.
     pub previous_broker_epoch: i64,
+    /// Where to record each registration's epoch with the machine's boot id (`clean_shutdown::record_running`):
+    /// the data directory and the boot id, when the boot id is known.
+    pub running_record: Option<(std::path::PathBuf, String)>,
     pub heartbeat_interval: Duration,
     /// The longest a controlled shutdown waits for the controller to move leaderships away.
     pub controlled_shutdown_max: Duration,
@@ -88,6 +91,16 @@ pub async fn run(
             match register(&config, &channel, previous_epoch).await {
                 Ok(new_epoch) => {
                     previous_epoch = -1;
+                    if let Some((dir, boot)) = config.running_record.clone() {
+                        let recorded = crate::blocking(move || {
+                            crate::clean_shutdown::record_running(&dir, new_epoch, &boot)
+                        })
+                        .await;
+                        if let Err(e) = recorded {
+                            // Only costs the next restart its proof of a process crash: it will count as unclean.
+                            tracing::warn!(error = %e, file = crate::clean_shutdown::RUNNING_FILE_NAME, "cannot record the broker epoch and boot id");
+                        }
+                    }
                     tracing::info!(
                         node = config.node_id,
                         broker_epoch = new_epoch,

@@ -354,6 +354,7 @@ impl ClusterRuntime {
             listeners,
             rack: config.cluster.rack.clone(),
             previous_broker_epoch,
+            running_record: env.boot_id().map(|boot| (config.data_dir.clone(), boot)),
             heartbeat_interval: Duration::from_millis(config.cluster.lease.heartbeat_interval_ms),
             controlled_shutdown_max: if config.cluster.controlled_shutdown_enable {
                 CONTROLLED_SHUTDOWN_MAX
