@@ -8,7 +8,9 @@ The first run prepares the directory as bench/scale.py does (topics of up to 1,0
 every partition, a clean stop) and keeps it; later runs reuse it (delete the work directory to start again). Each
 restart reports, like scale.py's ready_s: launch until a Metadata answer lists every partition with a leader, then
 a Produce of one record to every partition of the first and the last topic succeeds (the partitions are servable,
-not only listed), then a clean stop. The broker's own log (annal.log in the work directory) has the start-up phase
+not only listed), then
+the probes of scale_probes.py (Metadata, DescribeConfigs, ListOffsets, OffsetCommit and OffsetFetch, each one
+request over every partition, timed and checked), then a clean stop. The broker's own log (annal.log in the work directory) has the start-up phase
 timings (`start-up phase` lines). --drop-caches empties the page cache before each start (needs root): the cold
 figure. Not a test: nothing here asserts a figure.
 """
@@ -26,6 +28,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import scale  # noqa: E402
+import scale_probes  # noqa: E402
 from benchlib import brokers, procs  # noqa: E402
 
 
@@ -88,12 +91,13 @@ def main():
             led_s = time.monotonic() - t_launch
             servable = all(produce_ok(broker.port, name, p, batches) for name, p in (topics[0], topics[-1]))
             servable_s = time.monotonic() - t_launch
+            probes = scale_probes.run_all(broker.port, topics)
             fds, rss = scale.fd_count(broker.pid), procs.rss_mib(broker.pid)
         finally:
             broker.stop()
         row = dict(partitions=args.partitions, restart=i + 1, cold=args.drop_caches,
                    listening_s=round(listening_s, 3), ready_s=round(led_s, 3),
-                   servable=servable, servable_s=round(servable_s, 3), fds=fds, rss_mib=round(rss, 1))
+                   servable=servable, servable_s=round(servable_s, 3), fds=fds, rss_mib=round(rss, 1), **probes)
         procs.log(json.dumps(row))
         rows.append(row)
     print(json.dumps(rows, indent=1))

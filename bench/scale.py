@@ -17,6 +17,8 @@ record produced to every partition, then a clean restart. Reported per (broker, 
   ready_s       after a clean stop and start: launch until a Metadata answer lists every partition with a
                 leader (every partition servable)
   ready_fds, ready_rss_mib  the same figures right after that restart
+  describe_configs_s, list_offsets_s, offset_commit_s, offset_fetch_s  one request each over every topic or
+                partition (scale_probes.py), before the restart; probes_ok says whether each answer was right
 The client is raw Kafka protocol over one socket (no client library), so the figures are the broker's.
 Kafka runs only up to --kafka-max partitions (it needs far more memory and time per partition here). Not a test:
 nothing here asserts a figure.
@@ -247,6 +249,9 @@ def one(broker, n, batches):
         produce_rps = produce_all(conn, topics, batches)
         metadata_s = statistics.median(metadata_all(conn)[0] for _ in range(5))
         conn.close()
+        import scale_probes  # here: it imports this module
+
+        probes = scale_probes.run_all(broker.port, topics)
         fds, rss = fd_count(broker.pid), procs.rss_mib(broker.pid)
     finally:
         t_stop = time.monotonic()
@@ -264,7 +269,8 @@ def one(broker, n, batches):
     row = dict(broker=broker.name, partitions=n, create_s=round(create_s, 3), produce_rps=round(produce_rps),
                metadata_s=round(metadata_s, 4), fds=fds, rss_mib=round(rss, 1), stop_s=round(stop_s, 3),
                ready_s=round(ready_s, 3),
-               ready_fds=ready_fds, ready_rss_mib=round(ready_rss, 1))
+               ready_fds=ready_fds, ready_rss_mib=round(ready_rss, 1),
+               **{k: v for k, v in probes.items() if k != "metadata_s"})
     procs.log(json.dumps(row))
     return row
 
