@@ -1824,7 +1824,7 @@ mod tests {
         assert!(!pa.epochs_unsynced_flag.load(Ordering::Acquire));
         // Nothing deferred: a batch sync writes nothing.
         std::fs::remove_file(b.path().join(checkpoints::LEADER_EPOCH_CHECKPOINT)).unwrap();
-        Partition::sync_leader_epochs_of(&[pb.clone()]);
+        Partition::sync_leader_epochs_of(std::slice::from_ref(&pb));
         assert_eq!(checkpoints::read_leader_epochs(b.path()), None);
     }
 
