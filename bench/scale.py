@@ -18,7 +18,9 @@ record produced to every partition, then a clean restart. Reported per (broker, 
                 leader (every partition servable)
   ready_fds, ready_rss_mib  the same figures right after that restart
   describe_configs_s, list_offsets_s, offset_commit_s, offset_fetch_s  one request each over every topic or
-                partition (scale_probes.py), before the restart; probes_ok says whether each answer was right
+                partition (scale_probes.py), before the restart, once every partition answers ListOffsets
+                without error (serving_wait_s: how long that took after the produce); probes_ok says whether
+                each answer was right
 The client is raw Kafka protocol over one socket (no client library), so the figures are the broker's.
 Kafka runs only up to --kafka-max partitions (it needs far more memory and time per partition here). Not a test:
 nothing here asserts a figure.
@@ -251,7 +253,9 @@ def one(broker, n, batches):
         conn.close()
         import scale_probes  # here: it imports this module
 
+        serving_wait_s = scale_probes.wait_serving(broker.port, topics)
         probes = scale_probes.run_all(broker.port, topics)
+        probes["serving_wait_s"] = round(serving_wait_s, 3)
         fds, rss = fd_count(broker.pid), procs.rss_mib(broker.pid)
     finally:
         t_stop = time.monotonic()

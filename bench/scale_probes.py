@@ -6,6 +6,7 @@ Used by ready.py on every restart; old, non-flexible versions keep the encoding 
 """
 
 import struct
+import time
 
 import scale
 
@@ -68,7 +69,8 @@ def describe_configs(port, topics):
 
 
 def list_offsets(port, topics):
-    """ListOffsets v1, the latest offset of every partition in one request; each must hold a record (>= 1)."""
+    """ListOffsets v1, the latest offset of every partition in one request: every partition must answer without
+    error. Returns (seconds, ok, partitions whose latest offset is 0: a record the bench produced is missing)."""
     body = struct.pack(">ii", -1, len(topics))
     for name, partitions in topics:
         body += scale._str(name) + struct.pack(">i", partitions)
@@ -79,14 +81,15 @@ def list_offsets(port, topics):
     finally:
         conn.close()
     r = Reader(data)
-    answered, bad = 0, 0
+    answered, errors, empty = 0, 0, 0
     for _ in range(r.take(">i")):
         r.string()
         for _ in range(r.take(">i")):
             _, error, _, offset = r.take(">ihqq")
             answered += 1
-            bad += error != 0 or offset < 1
-    return took, answered == sum(p for _, p in topics) and bad == 0
+            errors += error != 0
+            empty += error == 0 and offset < 1
+    return took, answered == sum(p for _, p in topics) and errors == 0, empty
 
 
 def offset_commit_and_fetch(port, topics, group="scale-probe"):
@@ -95,9 +98,16 @@ def offset_commit_and_fetch(port, topics, group="scale-probe"):
     Returns (commit seconds, fetch seconds, ok)."""
     conn = scale.Conn(port)
     try:
-        _, data = conn.request(10, 0, scale._str(group))
-        if struct.unpack_from(">h", data, 4)[0] != 0:
-            return 0.0, 0.0, False
+        # The first FindCoordinator of a broker may create the offsets topic and answer COORDINATOR_NOT_AVAILABLE
+        # (Kafka does); clients retry.
+        deadline = time.monotonic() + 60
+        while True:
+            _, data = conn.request(10, 0, scale._str(group))
+            if struct.unpack_from(">h", data, 4)[0] == 0:
+                break
+            if time.monotonic() > deadline:
+                return 0.0, 0.0, False
+            time.sleep(0.2)
         want = {}
         body = scale._str(group) + struct.pack(">i", -1) + scale._str("") + struct.pack(">q", -1)
         body += struct.pack(">i", len(topics))
@@ -133,18 +143,36 @@ def offset_commit_and_fetch(port, topics, group="scale-probe"):
     return commit_s, fetch_s, committed == len(want) and matched == len(want)
 
 
+def wait_serving(port, topics, timeout_s=180):
+    """Until every partition answers ListOffsets without error (Kafka lists a leader in Metadata before that
+    broker has taken the leadership up: at 1,000 new partitions it answered NOT_LEADER_OR_FOLLOWER for most of
+    them right after). Returns the seconds waited."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if list_offsets(port, topics)[1]:
+            break
+        time.sleep(0.5)
+    return time.monotonic() - start
+
+
 def run_all(port, topics):
     """Every probe once; a dict of seconds (rounded) and one `probes_ok` over all their checks."""
     metadata_s, metadata_ok = metadata(port, topics)
     configs_s, configs_ok = describe_configs(port, topics)
-    offsets_s, offsets_ok = list_offsets(port, topics)
-    commit_s, fetch_s, group_ok = offset_commit_and_fetch(port, topics)
+    offsets_s, offsets_ok, empty = list_offsets(port, topics)
+    # A coordinator still loading answers the commit or fetch per partition with an error; a client retries.
+    for _ in range(30):
+        commit_s, fetch_s, group_ok = offset_commit_and_fetch(port, topics)
+        if group_ok:
+            break
+        time.sleep(1)
     return dict(
         metadata_s=round(metadata_s, 3),
         describe_configs_s=round(configs_s, 3),
         list_offsets_s=round(offsets_s, 3),
         offset_commit_s=round(commit_s, 3),
         offset_fetch_s=round(fetch_s, 3),
+        partitions_without_records=empty,
         probes_ok=dict(metadata=metadata_ok, describe_configs=configs_ok, list_offsets=offsets_ok,
                        group=group_ok),
     )
