@@ -18,9 +18,9 @@ record produced to every partition, then a clean restart. Reported per (broker, 
                 leader (every partition servable)
   ready_fds, ready_rss_mib  the same figures right after that restart
   describe_configs_s, list_offsets_s, offset_commit_s, offset_fetch_s  one request each over every topic or
-                partition (scale_probes.py), before the restart, once every partition answers ListOffsets
-                without error (serving_wait_s: how long that took after the produce); probes_ok says whether
-                each answer was right
+                partition (scale_probes.py), before the restart; probes_ok says whether each answer was right
+  serving_wait_s  after create_s, until every partition answers ListOffsets without error (the produce waits for
+                it: Kafka lists leaders in Metadata before it leads them)
 The client is raw Kafka protocol over one socket (no client library), so the figures are the broker's.
 Kafka runs only up to --kafka-max partitions (it needs far more memory and time per partition here). Not a test:
 nothing here asserts a figure.
@@ -248,12 +248,13 @@ def one(broker, n, batches):
         create_topics(conn, topics)
         wait_all_led(broker.port, topics)
         create_s = time.monotonic() - t_create
+        import scale_probes  # here: it imports this module
+
+        # Kafka lists leaders in Metadata before it leads: a produce then fails on most new partitions.
+        serving_wait_s = scale_probes.wait_serving(broker.port, topics)
         produce_rps = produce_all(conn, topics, batches)
         metadata_s = statistics.median(metadata_all(conn)[0] for _ in range(5))
         conn.close()
-        import scale_probes  # here: it imports this module
-
-        serving_wait_s = scale_probes.wait_serving(broker.port, topics)
         probes = scale_probes.run_all(broker.port, topics)
         probes["serving_wait_s"] = round(serving_wait_s, 3)
         fds, rss = fd_count(broker.pid), procs.rss_mib(broker.pid)
