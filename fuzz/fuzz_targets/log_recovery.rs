@@ -46,7 +46,8 @@ fuzz_target!(|data: &[u8]| {
         let Ok(bytes) = slice.read_to_vec() else {
             break;
         };
-        let batches = match batch::validate_batches(&bytes, u32::MAX) {
+        // What a log may hold: what the write path accepts, and cleaned batches (as a follower accepts them).
+        let batches = match batch::validate_replicated_batches(&bytes, u32::MAX) {
             Ok(batches) => batches,
             Err(e) if fully_recovered => {
                 panic!("recovered log served invalid batches at offset {offset}: {e}")

@@ -384,7 +384,11 @@ impl Segment {
             if reader.read_exact(&mut buf[HEADER_SIZE..]).is_err() {
                 break;
             }
-            if batch::compute_crc(&buf) != header.crc {
+            // The CRC says the bytes are the ones written; the records must also fit their batch, as the write
+            // path (and a follower, for a leader's cleaned batches) requires. See `read_valid_prefix`.
+            if batch::compute_crc(&buf) != header.crc
+                || batch::validate_replicated_batches(&buf, u32::MAX).is_err()
+            {
                 break;
             }
             self.index_batch(&header, position)?;
@@ -1286,6 +1290,12 @@ fn read_valid_prefix(
     let mut bytes = vec![0u8; header.size()];
     if file.read_exact_at(&mut bytes, position).is_err() || batch::compute_crc(&bytes) != header.crc
     {
+        return Ok(None);
+    }
+    // A CRC only says the bytes are the ones written; what the write path would refuse (records that do not fit
+    // their batch: a crafted or buggy writer's) must not be served either. The same check a follower applies to
+    // a leader's batches (cleaned batches allowed); it walks an uncompressed batch's record varints only.
+    if batch::validate_replicated_batches(&bytes, u32::MAX).is_err() {
         return Ok(None);
     }
     Ok(Some(header))

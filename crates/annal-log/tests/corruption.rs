@@ -407,3 +407,44 @@ fn index_files_written_across_restarts_match_a_rebuild() {
         );
     }
 }
+
+/// Regression (fuzz target `log_recovery`, 2026-12-05, after 964,819 runs; corpus
+/// `regression-crc-valid-batch-with-malformed-records`): recovery checked a batch's framing and CRC only, so a
+/// batch whose CRC matched but whose records do not fit it (a record claiming 49 headers in the bytes of none)
+/// was kept and served, though the produce path and a follower would refuse it. Recovery now applies the
+/// follower's check and cuts the log there.
+#[test]
+fn a_crc_valid_batch_whose_records_do_not_fit_is_cut_by_recovery() {
+    let dir = tempfile::tempdir().unwrap();
+    let good =
+        batch::build_uncompressed_batch(&[(Some(b"k".as_slice()), Some(b"v".as_slice()))], BASE_TS);
+    let mut bad =
+        batch::build_uncompressed_batch(&[(Some(b"k".as_slice()), Some(b"v".as_slice()))], BASE_TS);
+    batch::assign_offset(&mut bad, 1, 0);
+    // The record's last byte is its header count (0): claim 49 (varint 98) headers, then make the CRC match.
+    *bad.last_mut().unwrap() = 98;
+    let crc = batch::compute_crc(&bad);
+    bad[17..21].copy_from_slice(&crc.to_be_bytes());
+    assert!(batch::validate_batches(&bad, u32::MAX).is_err());
+    std::fs::write(file(dir.path(), 0, "log"), [good.clone(), bad].concat()).unwrap();
+
+    let log = Log::open(dir.path(), config()).unwrap();
+    assert_eq!(
+        log.log_end_offset(),
+        1,
+        "the batch whose records do not fit was kept"
+    );
+    let read = log
+        .read(0, 1 << 20, None)
+        .unwrap()
+        .slice
+        .unwrap()
+        .read_to_vec()
+        .unwrap();
+    assert_eq!(read, good);
+    assert_eq!(
+        std::fs::metadata(file(dir.path(), 0, "log")).unwrap().len(),
+        good.len() as u64,
+        "the segment is cut after the last valid batch"
+    );
+}
