@@ -82,7 +82,7 @@ impl ControllerOffsetsTopic {
             "asked the controller to create {name}"
         );
         let deadline = tokio::time::Instant::now() + VISIBLE_WAIT_MAX;
-        while self.replicas.topic(name).is_none() {
+        while !self.applied_here(name) {
             anyhow::ensure!(
                 tokio::time::Instant::now() < deadline,
                 "{name} was created but has not reached this broker yet; retry"
@@ -90,6 +90,23 @@ impl ControllerOffsetsTopic {
             tokio::time::sleep(VISIBLE_POLL).await;
         }
         Ok(())
+    }
+
+    /// Whether this broker's partitions of `name` have caught up with the topic in its metadata image: each
+    /// one exists and is at (or past) the image's partition epoch, which every leadership or ISR change
+    /// raises (a partition is installed at partition epoch -1, led by nobody). The topic becomes visible in the registry
+    /// before its partitions take their leaderships, so visibility alone let the coordinator look for the
+    /// partitions it leads too early and answer NOT_COORDINATOR to the request that created the topic.
+    fn applied_here(&self, name: &str) -> bool {
+        let image = self.node.image();
+        let Some(topic) = image.topic_by_name(name) else {
+            return false;
+        };
+        topic.partitions.iter().all(|(&index, state)| {
+            self.replicas
+                .partition(name, index)
+                .is_some_and(|p| p.partition_epoch() >= state.partition_epoch)
+        })
     }
 }
 
