@@ -368,16 +368,28 @@ impl Connection {
         let len = i32::try_from(frame.len() - 4).context("request too large to send")?;
         frame[..4].copy_from_slice(&len.to_be_bytes());
         // Encoding failures above leave the stream untouched; from here on a failure may leave half a frame.
+        // Bounded like the answer: a broker that stopped reading this socket (hung, or cut off by a network
+        // partition with the send buffer full) would otherwise hold the write, and its caller, forever. Kafka's
+        // request.timeout.ms likewise counts from when the request is sent, not from when it was written.
+        let timeout = self.options.request_timeout;
         let io = self.io()?;
         let written = async {
             io.writer.write_all(&frame).await?;
             io.writer.flush().await
         };
-        if let Err(e) = written.await {
-            let err = anyhow!(
+        let failed = match tokio::time::timeout(timeout, written).await {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(anyhow!(
                 "lost connection to broker at {} while sending {key:?}: {e}",
                 self.addr
-            );
+            )),
+            Err(_) => Some(anyhow!(
+                "could not write a {key:?} request to broker at {} within {timeout:?} (it is not reading \
+                 this connection); closing",
+                self.addr
+            )),
+        };
+        if let Some(err) = failed {
             self.close(&err);
             return Err(err);
         }
@@ -588,6 +600,75 @@ mod tests {
             err.contains("did not answer a ApiVersions request within 200ms"),
             "{err}"
         );
+    }
+
+    /// A broker that answers the ApiVersions handshake, then never reads its socket again (hung, or cut off with
+    /// the send buffers full): a request too big for the buffers must fail within `request_timeout`, not wait
+    /// forever in the write (found by the simulator, `annal-sim --brokers --seed 1141 --seconds 60`).
+    #[tokio::test]
+    async fn a_peer_that_stops_reading_fails_the_write_within_the_request_timeout() {
+        use kafka_protocol::messages::api_versions_response::ApiVersion;
+        use kafka_protocol::messages::{ApiVersionsResponse, MetadataRequest, RequestHeader};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let len = sock.read_i32().await.unwrap() as usize;
+            let mut frame = vec![0u8; len];
+            sock.read_exact(&mut frame).await.unwrap();
+            let mut body = Bytes::from(frame);
+            let version = i16::from_be_bytes([body[2], body[3]]);
+            let header = RequestHeader::decode(&mut body, 1).unwrap();
+            let response = ApiVersionsResponse::default().with_api_keys(vec![
+                ApiVersion::default()
+                    .with_api_key(18)
+                    .with_min_version(0)
+                    .with_max_version(3),
+                ApiVersion::default()
+                    .with_api_key(3)
+                    .with_min_version(0)
+                    .with_max_version(12),
+            ]);
+            let mut out = BytesMut::new();
+            out.extend_from_slice(&[0; 4]);
+            out.extend_from_slice(&header.correlation_id.to_be_bytes());
+            response.encode(&mut out, version).unwrap();
+            let n = (out.len() - 4) as i32;
+            out[..4].copy_from_slice(&n.to_be_bytes());
+            sock.write_all(&out).await.unwrap();
+            // Holds the socket open, unread, until the test is done.
+            let _ = stop_rx.await;
+        });
+        let options = ConnectionOptions {
+            request_timeout: Duration::from_millis(500),
+            ..ConnectionOptions::default()
+        };
+        let mut conn = Connection::connect_with(&addr, options).await.unwrap();
+        // About 64 MiB of topic names: far more than loopback's socket buffers hold.
+        let name = "t".repeat(240);
+        let topics = (0..280_000)
+            .map(|_| {
+                kafka_protocol::messages::metadata_request::MetadataRequestTopic::default()
+                    .with_name(Some(kafka_protocol::messages::TopicName(
+                        StrBytes::from_string(name.clone()),
+                    )))
+            })
+            .collect();
+        let request = MetadataRequest::default().with_topics(Some(topics));
+        // The outer bound only turns a hang (the bug) into a failure; the assertion is on the error.
+        let err = tokio::time::timeout(Duration::from_secs(60), conn.send(&request, (1, 12)))
+            .await
+            .expect("the write was not bounded: still blocked after 60 s")
+            .err()
+            .expect("the write must fail")
+            .to_string();
+        assert!(
+            err.contains("could not write a Metadata request") && err.contains("within 500ms"),
+            "{err}"
+        );
+        assert!(conn.is_closed(), "the half-written connection is closed");
+        let _ = stop_tx.send(());
     }
 
     #[test]
