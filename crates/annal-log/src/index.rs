@@ -150,7 +150,9 @@ impl IndexFile {
             return Ok(());
         }
         let file = self.handle()?;
-        if let Err(e) = file.write_all_at(&self.pending, self.written) {
+        if let Err(e) =
+            crate::disk_faults::write_all_at(&file, self.path(), &self.pending, self.written)
+        {
             // A partial entry (disk full) would shift every later entry: cut it off. The entries stay buffered
             // and are written by the next attempt.
             let _ = file.set_len(self.written);

@@ -25,6 +25,7 @@ mod cleaner;
 mod config;
 pub mod control;
 mod dir_listing;
+pub mod disk_faults;
 mod error;
 mod file_handles;
 mod fsync_stats;

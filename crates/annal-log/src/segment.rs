@@ -493,7 +493,7 @@ impl Segment {
     pub fn append(&mut self, bytes: &[u8], headers: &[BatchHeader]) -> crate::Result<()> {
         let start = self.size;
         let file = self.log_file()?;
-        if let Err(e) = file.write_all_at(bytes, start) {
+        if let Err(e) = crate::disk_faults::write_all_at(&file, &self.log_path, bytes, start) {
             let _ = file.set_len(start);
             return Err(LogError::io("append to segment", &self.log_path, e));
         }

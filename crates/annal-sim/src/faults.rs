@@ -25,6 +25,9 @@ pub enum Fault {
     Crash(i32),
     /// Voter `n`'s monotonic clock jumps `ms` forward at once (timers due in between fire together).
     ClockJump(i32, u64),
+    /// Node `n`'s disk is full: its partitions' segment and index writes fail with `ENOSPC` after writing part
+    /// of their bytes (`annal_log::disk_faults`). The metadata quorum's log stays writable (decision 0011).
+    DiskFull(i32),
 }
 
 impl fmt::Display for Fault {
@@ -38,6 +41,7 @@ impl fmt::Display for Fault {
             Fault::Slow(a, b, ms) => write!(f, "slow n{a} <-> n{b} up to {ms} ms"),
             Fault::Crash(n) => write!(f, "crash n{n}"),
             Fault::ClockJump(n, ms) => write!(f, "clock of n{n} jumps {ms} ms"),
+            Fault::DiskFull(n) => write!(f, "disk of n{n} full"),
         }
     }
 }
@@ -137,4 +141,39 @@ pub fn schedule(rng: &mut StdRng, voters: i32, first: Duration, until: Duration)
         }
         at = end + Duration::from_millis(rng.gen_range(100..2_000));
     }
+}
+
+/// Up to `count` full-disk windows, drawn from their own stream (so the rest of the schedule, and every seed's
+/// meaning, is the same whatever the budget), merged into `schedule` in start order. A window that would
+/// overlap a crash of the same node is left out: a broker that starts on a full disk is not modelled.
+pub fn add_disk_fulls(
+    rng: &mut StdRng,
+    schedule: &mut Vec<Scheduled>,
+    count: u32,
+    voters: i32,
+    first: Duration,
+    until: Duration,
+) {
+    for _ in 0..count {
+        let n = rng.gen_range(1..=voters);
+        let length = Duration::from_millis(rng.gen_range(1_000..6_000));
+        let latest = until.saturating_sub(length);
+        if latest <= first {
+            continue;
+        }
+        let start =
+            first + Duration::from_millis(rng.gen_range(0..(latest - first).as_millis() as u64));
+        let end = start + length;
+        let crashes_meanwhile = schedule.iter().any(|s| {
+            matches!(s.fault, Fault::Crash(c) if c == n) && s.start < end && start < s.end
+        });
+        if !crashes_meanwhile {
+            schedule.push(Scheduled {
+                fault: Fault::DiskFull(n),
+                start,
+                end,
+            });
+        }
+    }
+    schedule.sort_by_key(|s| s.start);
 }

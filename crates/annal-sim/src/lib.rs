@@ -98,7 +98,14 @@ pub struct Options {
     /// [`DEFAULT_POWER_LOSSES`] unless set (`--power-losses N`, `SIM_POWER_LOSSES`); see
     /// docs/decisions/0011-simulation.md for what a power loss may cost.
     pub power_losses: u32,
+    /// How many full-disk windows a broker run may have (`Fault::DiskFull`, on a stream of their own):
+    /// [`DEFAULT_DISK_FULLS`] unless set (`--disk-fulls N`, `SIM_DISK_FULLS`). Metadata-only runs have none
+    /// (their nodes write only the metadata quorum's log, which the fault leaves writable).
+    pub disk_fulls: u32,
 }
+
+/// [`Options::disk_fulls`] unless set.
+pub const DEFAULT_DISK_FULLS: u32 = 1;
 
 /// [`Options::power_losses`] unless set.
 pub const DEFAULT_POWER_LOSSES: u32 = 1;
@@ -124,6 +131,10 @@ impl Default for Options {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(DEFAULT_POWER_LOSSES),
+            disk_fulls: std::env::var("SIM_DISK_FULLS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(DEFAULT_DISK_FULLS),
         }
     }
 }
@@ -202,16 +213,22 @@ impl Report {
                 format!(" --power-losses {n}"),
             )
         };
+        let (env_disk, flag_disk) = if self.options.disk_fulls == DEFAULT_DISK_FULLS {
+            (String::new(), String::new())
+        } else {
+            let n = self.options.disk_fulls;
+            (format!("SIM_DISK_FULLS={n} "), format!(" --disk-fulls {n}"))
+        };
         let test = if self.options.planted == Planted::Nothing {
             format!(
-                "{env_tick}{env_strict}{env_brokers}{env_cache}SIM_SEED={seed} SIM_SECONDS={seconds} cargo test --release -p annal-sim --test seeds -- --nocapture\n  or ",
+                "{env_tick}{env_strict}{env_brokers}{env_cache}{env_disk}SIM_SEED={seed} SIM_SECONDS={seconds} cargo test --release -p annal-sim --test seeds -- --nocapture\n  or ",
                 seed = self.seed
             )
         } else {
             String::new()
         };
         format!(
-            "{test}cargo run --release -p annal-sim -- --seed {seed} --seconds {seconds}{flag_brokers}{flag_strict}{flag_planted}{flag_tick}{flag_cache} --trace",
+            "{test}cargo run --release -p annal-sim -- --seed {seed} --seconds {seconds}{flag_brokers}{flag_strict}{flag_planted}{flag_tick}{flag_cache}{flag_disk} --trace",
             seed = self.seed
         )
     }
@@ -315,12 +332,23 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
     // seconds do not depend on how long its fault phase is.
     let mut rng = StdRng::seed_from_u64(seed ^ 0x00ff_ab1e);
     let fault_start = Duration::from_secs(3);
-    let schedule = faults::schedule(
+    let mut schedule = faults::schedule(
         &mut StdRng::seed_from_u64(seed),
         VOTERS,
         fault_start,
         options.fault_phase,
     );
+    if options.brokers {
+        faults::add_disk_fulls(
+            &mut StdRng::seed_from_u64(seed ^ 0x00d1_5cf0),
+            &mut schedule,
+            options.disk_fulls,
+            VOTERS,
+            fault_start,
+            options.fault_phase,
+        );
+    }
+    let _disks = DiskFaultsGuard;
     let shared = Arc::new(Shared {
         seed,
         dir: dir.path().to_path_buf(),
@@ -529,6 +557,15 @@ impl Drop for TestingGuard {
     }
 }
 
+/// Frees every simulated full disk when a run ends, however it ends.
+struct DiskFaultsGuard;
+
+impl Drop for DiskFaultsGuard {
+    fn drop(&mut self) {
+        annal_log::disk_faults::free_all();
+    }
+}
+
 /// Tracks the segment files' durable lengths for one run ([`Options::power_losses`]).
 struct PageCacheGuard(bool);
 
@@ -634,6 +671,11 @@ fn apply(sim: &mut turmoil::Sim<'_>, shared: &Shared, fault: &Fault) {
         Fault::ClockJump(n, ms) => {
             shared.clock_jumps.lock().insert(*n, *ms);
         }
+        Fault::DiskFull(n) => {
+            let data = shared.dir.join(host(*n));
+            let metadata = data.join(annal_metadata::raft::METADATA_LOG_DIR);
+            annal_log::disk_faults::fill(&data, vec![metadata]);
+        }
     }
 }
 
@@ -665,6 +707,13 @@ fn undo(sim: &mut turmoil::Sim<'_>, shared: &Shared, fault: &Fault) {
         }
         Fault::Crash(n) => sim.bounce(host(*n)),
         Fault::ClockJump(..) => {}
+        Fault::DiskFull(n) => {
+            let refused = annal_log::disk_faults::free(&shared.dir.join(host(*n)));
+            shared.history.lock().event(
+                now_ms_of(sim),
+                format!("n{n}'s full disk refused {refused} writes"),
+            );
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 //! - `SIM_STRICT_TERMS=1` fails a seed on two leaders in one term (a known finding, decision 0011).
 //! - `SIM_TEETH_SEEDS=n` bounds the planted-fault search (the checks' teeth; default 10).
 //! - `SIM_POWER_LOSSES=n`: how many crashes of a run may be power losses (default 1, `Options::power_losses`).
+//! - `SIM_DISK_FULLS=n`: how many full-disk windows a broker run may have (default 1, `Options::disk_fulls`).
 //! - `SIM_BROKER_SEEDS=n`: seeds of the real brokers (`Options::brokers`: three combined nodes, producers and
 //!   a reader; default 2 in release, 1 in debug), each run twice; `SIM_BROKERS=1 SIM_SEED=s` replays one.
 //! - The long mode is the binary: `cargo run --release -p annal-sim -- --seeds 10000 [--twice]`.
@@ -120,6 +121,7 @@ fn isr_changes_do_not_wait_behind_a_forwarded_admin_request() {
         brokers: true,
         // The schedule that found it: every crash a process crash, as before power losses existed.
         power_losses: 0,
+        disk_fulls: 0,
         ..Options::default()
     };
     let report = run_seed(1, &options);
@@ -152,6 +154,7 @@ fn a_process_crash_keeps_its_elr_place_when_the_last_leader_lost_power() {
         keep_trace: true,
         brokers: true,
         power_losses: 1,
+        disk_fulls: 0,
         ..Options::default()
     };
     let report = run_seed(31, &options);
@@ -165,6 +168,39 @@ fn a_process_crash_keeps_its_elr_place_when_the_last_leader_lost_power() {
             .iter()
             .any(|(_, e)| e.starts_with("power loss: n2 lost the unsynced tails")),
         "seed 31 no longer cuts n2's unflushed writes; the regression no longer exercises a power loss"
+    );
+}
+
+/// A full disk on one broker, in the middle of the writes: seed 8's n3 refuses 151 segment and index writes
+/// (leader appends answered KAFKA_STORAGE_ERROR, follower fetches failing to append, each partial write taken
+/// out again), and nothing acknowledged is lost, nothing read changes, the replicas converge once it is freed.
+#[test]
+fn a_full_disk_on_one_broker_refuses_its_writes_and_loses_nothing() {
+    if std::env::var("SIM_SEED").is_ok() {
+        return;
+    }
+    let options = Options {
+        fault_phase: Duration::from_secs(30),
+        keep_trace: true,
+        brokers: true,
+        power_losses: 1,
+        disk_fulls: 1,
+        ..Options::default()
+    };
+    let report = run_seed(8, &options);
+    println!("{}", describe(&report));
+    if !report.passed() {
+        fail(&report);
+    }
+    let refused: u64 = report
+        .trace
+        .iter()
+        .filter_map(|(_, e)| e.strip_prefix("n3's full disk refused "))
+        .filter_map(|rest| rest.split(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(
+        refused > 0,
+        "seed 8 no longer fills n3's disk while it is written; pick another seed for this test"
     );
 }
 
