@@ -660,8 +660,7 @@ mod tests {
         let err = tokio::time::timeout(Duration::from_secs(60), conn.send(&request, (1, 12)))
             .await
             .expect("the write was not bounded: still blocked after 60 s")
-            .err()
-            .expect("the write must fail")
+            .expect_err("the write must fail")
             .to_string();
         assert!(
             err.contains("could not write a Metadata request") && err.contains("within 500ms"),
