@@ -446,12 +446,34 @@ impl Started {
         let cleaner =
             log_cleaner::LogCleaner::start(&broker.config.cleaner, broker.replica_manager.clone());
         let cluster = broker.cluster.clone();
-        tokio::spawn(async move {
-            shutdown.await;
-            // Leaderships move away while clients are still served (they get NOT_LEADER_OR_FOLLOWER and follow
-            // the new leader), then the listeners close.
-            cluster.controlled_shutdown().await;
-            let _ = stop_tx.send(true);
+        let stop_tx = Arc::new(stop_tx);
+        tokio::spawn({
+            let stop_tx = stop_tx.clone();
+            async move {
+                shutdown.await;
+                // Leaderships move away while clients are still served (they get NOT_LEADER_OR_FOLLOWER and
+                // follow the new leader), then the listeners close.
+                cluster.controlled_shutdown().await;
+                let _ = stop_tx.send(true);
+            }
+        });
+        // A node whose part of the metadata quorum failed (the metadata log could not be written: a full or
+        // failing disk) can never learn metadata again, and openraft does not restart: the broker stops and
+        // says why, as Kafka halts on a metadata log error, so that its supervisor restarts it once the disk
+        // is fixed. Left running, it would serve stale leaderships and fence nobody, indefinitely.
+        let quorum_failure: Arc<parking_lot::Mutex<Option<String>>> = Arc::default();
+        let quorum_watch = tokio::spawn({
+            let (node, stop_tx, failure) = (
+                broker.cluster.node().clone(),
+                stop_tx.clone(),
+                quorum_failure.clone(),
+            );
+            async move {
+                let reason = node.failed().await;
+                tracing::error!(%reason, "this node's metadata quorum stopped on a fault; stopping the broker");
+                *failure.lock() = Some(reason);
+                let _ = stop_tx.send(true);
+            }
         });
         let tls: Vec<_> = listeners
             .iter()
@@ -495,6 +517,19 @@ impl Started {
                     "requests still running at shutdown; partitions were not closed cleanly"
                 )
             }
+        }
+        quorum_watch.abort();
+        let failure = quorum_failure.lock().take();
+        if let Some(reason) = failure {
+            let metadata_dir = data_dir.join(annal_metadata::raft::METADATA_LOG_DIR);
+            tracing::error!("annal broker stopped: its metadata quorum failed");
+            drop(data_dir_lock);
+            anyhow::bail!(
+                "the metadata quorum stopped on this node ({reason}), so the broker stopped too: check the disk \
+                 under {} (free space, I/O errors in the kernel log), then start the broker again; it recovers \
+                 the metadata log and catches up from the other voters",
+                metadata_dir.display()
+            );
         }
         tracing::info!("annal broker stopped");
         drop(data_dir_lock);

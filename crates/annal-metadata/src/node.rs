@@ -330,6 +330,12 @@ impl MetadataNode {
         self.quorum.status()
     }
 
+    /// Resolves when this node's part of the metadata quorum stops on a fault (a storage error writing the
+    /// metadata log, say), with the reason; never on a normal shutdown. Nothing recovers from it but a restart.
+    pub async fn failed(&self) -> String {
+        self.quorum.failed().await
+    }
+
     /// The raft transport's server side (the private API key on the controller listener).
     pub async fn handle_raft_rpc(&self, body: &[u8]) -> Vec<u8> {
         self.quorum.handle_rpc(body).await

@@ -439,6 +439,36 @@ impl Quorum {
         *self.leader_rx.borrow()
     }
 
+    /// Resolves when this node's Raft stops on a fault (a storage error, a panic in its core), with the reason;
+    /// never on a normal shutdown. openraft does not recover from these: its core task is gone.
+    pub async fn failed(&self) -> String {
+        /// What the core last reported: running, stopped normally, or failed (and why).
+        fn state(m: &openraft::RaftMetrics<u64, openraft::BasicNode>) -> Option<Option<String>> {
+            match &m.running_state {
+                Ok(()) => None,
+                Err(openraft::error::Fatal::Stopped) => Some(None),
+                Err(f) => Some(Some(f.to_string())),
+            }
+        }
+        let mut metrics = self.raft.metrics();
+        loop {
+            let now = state(&metrics.borrow_and_update());
+            let closed = match now {
+                Some(Some(reason)) => return reason,
+                Some(None) => true,
+                None => metrics.changed().await.is_err(),
+            };
+            if closed {
+                // The core is gone: its last report says whether it failed or was stopped.
+                let last = state(&metrics.borrow());
+                if let Some(Some(reason)) = last {
+                    return reason;
+                }
+                return std::future::pending().await;
+            }
+        }
+    }
+
     pub fn watch_leader(&self) -> watch::Receiver<Option<u64>> {
         self.leader_rx.clone()
     }
