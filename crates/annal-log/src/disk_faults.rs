@@ -3,8 +3,8 @@
 //! The simulator runs every node's logs on one real filesystem, which never fills up, so while a node's disk is
 //! "full" this module makes the engine's data writes under that node's directory fail as a full disk does: a
 //! segment append writes part of its bytes, then fails with `ENOSPC` (the engine must take the partial batch
-//! out again), and an index write fails the same way. Directories can be excluded (the simulator keeps the
-//! metadata quorum's log writable: see docs/decisions/0011-simulation.md for why).
+//! out again), and an index write fails the same way. Subdirectories can be kept writable (`fill`'s
+//! `writable`); see docs/decisions/0011-simulation.md.
 //!
 //! Off (one relaxed load per write) in every other process.
 

@@ -26,7 +26,8 @@ pub enum Fault {
     /// Voter `n`'s monotonic clock jumps `ms` forward at once (timers due in between fire together).
     ClockJump(i32, u64),
     /// Node `n`'s disk is full: its partitions' segment and index writes fail with `ENOSPC` after writing part
-    /// of their bytes (`annal_log::disk_faults`). The metadata quorum's log stays writable (decision 0011).
+    /// of their bytes (`annal_log::disk_faults`); with `--disk-full-metadata` the metadata quorum's log's too:
+    /// the broker then halts, and starts again once the disk has room (decision 0011).
     DiskFull(i32),
 }
 
@@ -145,7 +146,8 @@ pub fn schedule(rng: &mut StdRng, voters: i32, first: Duration, until: Duration)
 
 /// Up to `count` full-disk windows, drawn from their own stream (so the rest of the schedule, and every seed's
 /// meaning, is the same whatever the budget), merged into `schedule` in start order. A window that would
-/// overlap a crash of the same node is left out: a broker that starts on a full disk is not modelled.
+/// overlap a crash or another window of the same node is left out: a broker that starts on a full disk is not
+/// modelled.
 pub fn add_disk_fulls(
     rng: &mut StdRng,
     schedule: &mut Vec<Scheduled>,
@@ -164,10 +166,15 @@ pub fn add_disk_fulls(
         let start =
             first + Duration::from_millis(rng.gen_range(0..(latest - first).as_millis() as u64));
         let end = start + length;
-        let crashes_meanwhile = schedule.iter().any(|s| {
-            matches!(s.fault, Fault::Crash(c) if c == n) && s.start < end && start < s.end
+        // Within a second of another window of the same node counts too: a node restarted at one window's end
+        // would start on a full disk.
+        let margin = Duration::from_secs(1);
+        let clashes = schedule.iter().any(|s| {
+            matches!(s.fault, Fault::Crash(c) | Fault::DiskFull(c) if c == n)
+                && s.start <= end + margin
+                && start <= s.end + margin
         });
-        if !crashes_meanwhile {
+        if !clashes {
             schedule.push(Scheduled {
                 fault: Fault::DiskFull(n),
                 start,

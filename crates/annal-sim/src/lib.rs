@@ -102,6 +102,10 @@ pub struct Options {
     /// [`DEFAULT_DISK_FULLS`] unless set (`--disk-fulls N`, `SIM_DISK_FULLS`). Metadata-only runs have none
     /// (their nodes write only the metadata quorum's log, which the fault leaves writable).
     pub disk_fulls: u32,
+    /// Whether a full disk also refuses the metadata quorum's log (`--disk-full-metadata`,
+    /// `SIM_DISK_FULL_METADATA=1`): the node's Raft then fails and its broker halts, and the driver restarts it
+    /// once the disk has room. Off by default: a run with halts does not yet replay identically (decision 0011).
+    pub disk_full_metadata: bool,
 }
 
 /// [`Options::disk_fulls`] unless set.
@@ -135,6 +139,7 @@ impl Default for Options {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(DEFAULT_DISK_FULLS),
+            disk_full_metadata: std::env::var("SIM_DISK_FULL_METADATA").is_ok_and(|v| v == "1"),
         }
     }
 }
@@ -219,6 +224,14 @@ impl Report {
             let n = self.options.disk_fulls;
             (format!("SIM_DISK_FULLS={n} "), format!(" --disk-fulls {n}"))
         };
+        let (env_disk, flag_disk) = if self.options.disk_full_metadata {
+            (
+                format!("{env_disk}SIM_DISK_FULL_METADATA=1 "),
+                format!("{flag_disk} --disk-full-metadata"),
+            )
+        } else {
+            (env_disk, flag_disk)
+        };
         let test = if self.options.planted == Planted::Nothing {
             format!(
                 "{env_tick}{env_strict}{env_brokers}{env_cache}{env_disk}SIM_SEED={seed} SIM_SECONDS={seconds} cargo test --release -p annal-sim --test seeds -- --nocapture\n  or ",
@@ -248,6 +261,10 @@ pub(crate) struct Shared {
     pub(crate) final_acked: AtomicBool,
     /// Power losses per node so far: a node's simulated machine boot (its boot id) changes with each.
     pub(crate) power_losses: Mutex<BTreeMap<i32, u32>>,
+    /// Nodes down after a halt (their metadata quorum failed on a full disk), until their disk is freed.
+    pub(crate) halted_down: Mutex<std::collections::BTreeSet<i32>>,
+    /// [`Options::disk_full_metadata`].
+    pub(crate) disk_full_metadata: bool,
 }
 
 /// Moves tokio's process-wide task-id counter to the next multiple of 64. A current-thread runtime keeps its
@@ -360,6 +377,8 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
         healed: AtomicBool::new(false),
         final_acked: AtomicBool::new(false),
         power_losses: Mutex::new(BTreeMap::new()),
+        halted_down: Mutex::new(Default::default()),
+        disk_full_metadata: options.disk_full_metadata,
     });
     let base_latency = rng.gen_range(1..10);
     let tick = options.tick;
@@ -421,6 +440,17 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
             break;
         }
         let step = sim.step();
+        if options.brokers {
+            crash_halted(&mut sim, &shared);
+            // A halted node whose disk is no longer full starts again (its window may have ended while it
+            // was halting).
+            let down: Vec<i32> = shared.halted_down.lock().iter().copied().collect();
+            for n in down {
+                if !active.iter().any(|s| s.fault == Fault::DiskFull(n)) {
+                    restart_if_halted(&mut sim, &shared, n);
+                }
+            }
+        }
         let panics = panic_recorder::take();
         if !panics.is_empty() {
             let at = now_ms_of(&sim);
@@ -673,8 +703,12 @@ fn apply(sim: &mut turmoil::Sim<'_>, shared: &Shared, fault: &Fault) {
         }
         Fault::DiskFull(n) => {
             let data = shared.dir.join(host(*n));
-            let metadata = data.join(annal_metadata::raft::METADATA_LOG_DIR);
-            annal_log::disk_faults::fill(&data, vec![metadata]);
+            let writable = if shared.disk_full_metadata {
+                Vec::new()
+            } else {
+                vec![data.join(annal_metadata::raft::METADATA_LOG_DIR)]
+            };
+            annal_log::disk_faults::fill(&data, writable);
         }
     }
 }
@@ -713,12 +747,44 @@ fn undo(sim: &mut turmoil::Sim<'_>, shared: &Shared, fault: &Fault) {
                 now_ms_of(sim),
                 format!("n{n}'s full disk refused {refused} writes"),
             );
+            restart_if_halted(sim, shared, *n);
         }
+    }
+}
+
+/// Crashes the hosts whose broker reported a halt (`ReplicationHistory::halted`): a halt runs no shutdown.
+fn crash_halted(sim: &mut turmoil::Sim<'_>, shared: &Shared) {
+    let halted = std::mem::take(&mut shared.history.lock().replication.halted);
+    for n in halted {
+        annal_log::page_cache::freeze(true);
+        sim.crash(host(n));
+        annal_log::page_cache::freeze(false);
+        shared.halted_down.lock().insert(n);
+        shared
+            .history
+            .lock()
+            .event(now_ms_of(sim), format!("n{n} halted"));
+    }
+}
+
+/// Starts node `n` again if its broker halted, as a supervisor (systemd, Kubernetes) restarts a process that
+/// exited, once its disk has room again.
+fn restart_if_halted(sim: &mut turmoil::Sim<'_>, shared: &Shared, n: i32) {
+    let halted = shared.halted_down.lock().remove(&n);
+    if halted {
+        shared
+            .history
+            .lock()
+            .event(now_ms_of(sim), format!("n{n} started again"));
+        sim.bounce(host(n));
     }
 }
 
 /// Ends every fault: links repaired and released, crashed voters restarted.
 fn heal(sim: &mut turmoil::Sim<'_>, shared: &Shared) {
+    for n in 1..=VOTERS {
+        restart_if_halted(sim, shared, n);
+    }
     for a in 1..=VOTERS {
         for b in others(a) {
             sim.repair(host(a), host(b));

@@ -12,7 +12,8 @@
 //! `--power-losses N` (default 1) lets up to N of a run's crashes be power losses, where the crashed node also
 //! loses what it did not fsync to its segment files; 0 makes every crash a process crash.
 //! `--disk-fulls N` (default 1; `SIM_DISK_FULLS`) gives a `--brokers` run up to N windows in which one node's
-//! disk is full (its partitions' writes fail with ENOSPC); 0 turns them off.
+//! disk is full (its partitions' writes fail with ENOSPC); 0 turns them off. `--disk-full-metadata` fills the
+//! metadata quorum's log too: the node's broker halts and is restarted once the disk has room.
 //! `--jobs J` runs the seeds in J processes of this binary (seed `from + k + i*J` in the k-th), for the cores a
 //! long run has: a simulation is single-threaded and one runs at a time per process (tokio's task ids are
 //! process-wide and drive a crashed host's drop order), so processes, not threads, are the unit of parallelism.
@@ -56,6 +57,7 @@ fn main() -> ExitCode {
             "--brokers" => options.brokers = true,
             "--power-losses" => options.power_losses = value("--power-losses") as u32,
             "--disk-fulls" => options.disk_fulls = value("--disk-fulls") as u32,
+            "--disk-full-metadata" => options.disk_full_metadata = true,
             "--plant-hw-before-isr" => {
                 options.planted = Planted::Replication(PlantedBug::HighWatermarkBeforeIsr)
             }
@@ -69,7 +71,7 @@ fn main() -> ExitCode {
                 options.planted = Planted::Replication(PlantedBug::AckBeforeIsrCommitted)
             }
             other => {
-                eprintln!("unknown argument {other}; usage: annal-sim [--seeds N] [--from S] [--seed S] [--jobs J] [--seconds T] [--power-losses N] [--disk-fulls N] [--tick-ms MS] [--trace] [--twice] [--strict-terms] [--brokers] [--plant-forget-vote|--plant-wipe-disk|--plant-hw-before-isr|--plant-truncate-to-hw|--plant-elect-outside-isr|--plant-ack-before-isr-commit]");
+                eprintln!("unknown argument {other}; usage: annal-sim [--seeds N] [--from S] [--seed S] [--jobs J] [--seconds T] [--power-losses N] [--disk-fulls N] [--disk-full-metadata] [--tick-ms MS] [--trace] [--twice] [--strict-terms] [--brokers] [--plant-forget-vote|--plant-wipe-disk|--plant-hw-before-isr|--plant-truncate-to-hw|--plant-elect-outside-isr|--plant-ack-before-isr-commit]");
                 return ExitCode::from(2);
             }
         }

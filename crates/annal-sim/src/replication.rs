@@ -69,6 +69,8 @@ pub type Tp = (&'static str, i32);
 pub struct ReplicationHistory {
     /// The live brokers, by node (a crashed node's `Weak` no longer upgrades).
     pub brokers: BTreeMap<i32, Weak<Broker>>,
+    /// Nodes whose broker halted (its metadata quorum failed on a full disk), for the driver to crash.
+    pub halted: std::collections::BTreeSet<i32>,
     /// Boot count per node (leader epochs are compared within one boot).
     pub boots: BTreeMap<i32, u64>,
     /// Acknowledged acks=all writes: (partition, offset) -> value.
@@ -478,13 +480,38 @@ pub(crate) async fn node(shared: Arc<Shared>, n: i32) -> turmoil::Result {
             }
         }
     });
+    // A broker whose metadata quorum fails (its disk is full) halts, as Kafka's does: the driver crashes the
+    // host as soon as this reports it (a halt runs no shutdown), and starts it again once the disk has room.
+    tokio::spawn({
+        let (shared, node) = (shared.clone(), broker.cluster().node().clone());
+        async move {
+            // Relative paths in the trace: the data directory's name is random, the trace must not be.
+            let data_dir = format!("{}/", shared.dir.display());
+            let reason = node.failed().await.replace(&data_dir, "");
+            let mut history = shared.history.lock();
+            history.event(
+                now_ms(),
+                format!("n{n}'s metadata quorum failed ({reason}): the broker halts"),
+            );
+            history.replication.halted.insert(n);
+        }
+    });
     drop(broker);
-    started
-        .serve(std::future::pending::<()>())
-        .await
-        .map_err(|e| format!("n{n} stopped: {e:#}"))?;
-    Ok(())
+    match started.serve(std::future::pending::<()>()).await {
+        Ok(()) => Ok(()),
+        // The broker stops itself when its metadata quorum fails (its disk is full): the process exits, as
+        // Kafka's halts, and the driver starts it again once the disk is freed (`halted`).
+        // Only if serve returned before the driver crashed the host: wait for that.
+        Err(e) if format!("{e}").starts_with(QUORUM_STOPPED) => {
+            std::future::pending::<()>().await;
+            Ok(())
+        }
+        Err(e) => Err(format!("n{n} stopped: {e:#}").into()),
+    }
 }
+
+/// How `annal_broker::Started::serve` begins its error when the node's metadata quorum failed.
+const QUORUM_STOPPED: &str = "the metadata quorum stopped on this node";
 
 /// Connections from the client host to the brokers, one per broker, reopened after any failure.
 pub(crate) struct Kafka {

@@ -7,7 +7,8 @@
 //! - `SIM_STRICT_TERMS=1` fails a seed on two leaders in one term (a known finding, decision 0011).
 //! - `SIM_TEETH_SEEDS=n` bounds the planted-fault search (the checks' teeth; default 10).
 //! - `SIM_POWER_LOSSES=n`: how many crashes of a run may be power losses (default 1, `Options::power_losses`).
-//! - `SIM_DISK_FULLS=n`: how many full-disk windows a broker run may have (default 1, `Options::disk_fulls`).
+//! - `SIM_DISK_FULLS=n`: how many full-disk windows a broker run may have (default 1, `Options::disk_fulls`);
+//!   `SIM_DISK_FULL_METADATA=1` fills the metadata log too (`Options::disk_full_metadata`).
 //! - `SIM_BROKER_SEEDS=n`: seeds of the real brokers (`Options::brokers`: three combined nodes, producers and
 //!   a reader; default 2 in release, 1 in debug), each run twice; `SIM_BROKERS=1 SIM_SEED=s` replays one.
 //! - The long mode is the binary: `cargo run --release -p annal-sim -- --seeds 10000 [--twice]`.
@@ -171,20 +172,47 @@ fn a_process_crash_keeps_its_elr_place_when_the_last_leader_lost_power() {
     );
 }
 
-/// A full disk on one broker, in the middle of the writes: seed 8's n3 refuses 151 segment and index writes
+/// A full disk on one broker, in the middle of the writes: seed 8's n3 refuses segment and index writes
 /// (leader appends answered KAFKA_STORAGE_ERROR, follower fetches failing to append, each partial write taken
 /// out again), and nothing acknowledged is lost, nothing read changes, the replicas converge once it is freed.
 #[test]
 fn a_full_disk_on_one_broker_refuses_its_writes_and_loses_nothing() {
     if std::env::var("SIM_SEED").is_ok() {
+        // A replay of one seed: the tests above run it.
         return;
     }
+    let report = full_disk_run(false);
+    assert!(
+        refused_on_n3(&report) > 0,
+        "seed 8 no longer fills n3's disk while it is written; pick another seed for this test"
+    );
+}
+
+/// The same with the metadata quorum's log on the full disk too: n3's Raft fails on the metadata log's ENOSPC,
+/// the broker halts (as Kafka's does) and is started again once its disk has room, then catches up.
+#[test]
+fn a_broker_whose_metadata_log_cannot_be_written_halts_and_recovers_after_a_restart() {
+    if std::env::var("SIM_SEED").is_ok() {
+        // A replay of one seed: the tests above run it.
+        return;
+    }
+    let report = full_disk_run(true);
+    let has = |event: &str| report.trace.iter().any(|(_, e)| e == event);
+    assert!(
+        refused_on_n3(&report) > 0 && has("n3 halted") && has("n3 started again"),
+        "seed 8 no longer makes n3 halt on its full metadata log and restart; pick another seed for this test"
+    );
+}
+
+/// Seed 8 of 30 s with one full-disk window (n3's), once; fails the test on any violation.
+fn full_disk_run(metadata: bool) -> Report {
     let options = Options {
         fault_phase: Duration::from_secs(30),
         keep_trace: true,
         brokers: true,
         power_losses: 1,
         disk_fulls: 1,
+        disk_full_metadata: metadata,
         ..Options::default()
     };
     let report = run_seed(8, &options);
@@ -192,16 +220,16 @@ fn a_full_disk_on_one_broker_refuses_its_writes_and_loses_nothing() {
     if !report.passed() {
         fail(&report);
     }
-    let refused: u64 = report
+    report
+}
+
+fn refused_on_n3(report: &Report) -> u64 {
+    report
         .trace
         .iter()
         .filter_map(|(_, e)| e.strip_prefix("n3's full disk refused "))
         .filter_map(|rest| rest.split(' ').next()?.parse::<u64>().ok())
-        .sum();
-    assert!(
-        refused > 0,
-        "seed 8 no longer fills n3's disk while it is written; pick another seed for this test"
-    );
+        .sum()
 }
 
 fn run_twice_each(seeds: Vec<u64>, options: Options) {
