@@ -393,11 +393,11 @@ impl MetadataNode {
         let active = self.is_active_controller();
         match (&self.controller, api_key) {
             (Some(c), 62) if active => {
-                let response = c.handle(api_key, version, body, env::now()).await?;
+                let response = run_to_completion(c, api_key, version, body).await?;
                 self.add_registered_learners();
                 Ok(response)
             }
-            (Some(c), _) if active => c.handle(api_key, version, body, env::now()).await,
+            (Some(c), _) if active => run_to_completion(c, api_key, version, body).await,
             (_, 62) => encode_body(
                 api_key,
                 &BrokerRegistrationResponse::default()
@@ -525,6 +525,29 @@ async fn active_controller_loop(
                 }
             }
         }
+    }
+}
+
+/// Runs one controller operation on a task of its own, so that it runs to its end even if the request that asked
+/// for it is dropped (its connection closed, a timeout). Dropped mid-write, an operation released the controller's
+/// lock while its entry was still on its way through the quorum: the next operation decided from an image without
+/// that entry, and once both were committed the second did not apply, which stopped every node's metadata
+/// (found by the simulator: `annal-sim --brokers --seed 2609 --seconds 60`, a BrokerRegistration whose broker
+/// gave up after 4.5 s, then its retry's re-registration built on the ISR before the first's shrink).
+async fn run_to_completion(
+    controller: &Arc<Controller>,
+    api_key: i16,
+    version: i16,
+    body: Bytes,
+) -> Result<Bytes, controller::HandleError> {
+    let controller = controller.clone();
+    let now = env::now();
+    let task = tokio::spawn(async move { controller.handle(api_key, version, body, now).await });
+    match task.await {
+        Ok(answer) => answer,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // The runtime is shutting down: nobody is left to answer.
+        Err(_) => Err(controller::HandleError::UnsupportedApi(api_key)),
     }
 }
 
