@@ -390,6 +390,12 @@ fn sync_round<L: DurableLog>(shared: &Shared, log: &L) {
                 });
             }),
             Err(e) => {
+                // The log stops trusting itself too: without this a later flush (a roll, `flush.ms`) could
+                // succeed and advance the recovery point over pages this failure may have dropped.
+                log.with_log(|l| {
+                    let dir = l.dir().to_path_buf();
+                    l.fsync_failed(&dir, &e)
+                });
                 tracing::error!(error = %e, "fsync failed; durable acknowledgements stop for this log");
                 let e = Arc::new(e);
                 let mut state = lock(&shared.state);

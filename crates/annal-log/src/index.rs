@@ -187,8 +187,7 @@ impl IndexFile {
 
     fn sync(&mut self) -> crate::Result<()> {
         self.write_pending()?;
-        self.handle()?
-            .sync_data()
+        crate::disk_faults::sync_data(&*self.handle()?, self.path())
             .map_err(|e| LogError::io("fsync index", self.path(), e))
     }
 

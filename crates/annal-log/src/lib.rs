@@ -24,6 +24,7 @@ mod checkpoint;
 mod cleaner;
 mod config;
 pub mod control;
+pub mod dir_failures;
 mod dir_listing;
 pub mod disk_faults;
 mod error;

@@ -860,13 +860,7 @@ impl Log {
                 Ok(self.recovery_point > before)
             }
             Ok(()) => Ok(false),
-            Err(FlushFailure { path, error }) => {
-                tracing::error!(path = %path.display(), %error, "background fsync of a rolled segment failed; appends and flushes of this log fail until it is reopened");
-                let failure = (path, error.kind(), error.to_string());
-                let err = background_failure_error(&failure.0, failure.1, &failure.2);
-                self.background_failure = Some(failure);
-                Err(err)
-            }
+            Err(FlushFailure { path, error }) => Err(self.fsync_failed(&path, &error)),
         }
     }
 
@@ -1401,15 +1395,39 @@ impl Log {
         self.finish_roll_flush(true)?;
         let target = self.log_end_offset();
         let recovery_point = self.recovery_point;
-        for seg in self
+        let failed = self
             .segments
             .values_mut()
             .filter(|s| s.next_offset() > recovery_point)
-        {
-            seg.sync()?;
+            .find_map(|seg| seg.sync().err());
+        if let Some(e) = failed {
+            return Err(self.sync_error(e));
         }
         self.mark_flushed(target);
         Ok(())
+    }
+
+    /// An fsync of `path` (one of this log's files) failed. After a failed fsync Linux may have dropped the dirty
+    /// pages and will report success to the next fsync, so nothing appended since the last good one can be called
+    /// durable again: from now on every append and flush of this log fails (the recovery point never advances
+    /// past the lost pages), and the directory's owner hears of it ([`crate::dir_failures`]) so it can stop and
+    /// let recovery, at the next open, find out what the disk really holds. Returns the error to give the caller.
+    pub fn fsync_failed(&mut self, path: &Path, error: &std::io::Error) -> LogError {
+        if self.background_failure.is_none() {
+            tracing::error!(path = %path.display(), %error, "fsync failed; appends and flushes of this log fail until it is reopened");
+            self.background_failure = Some((path.to_path_buf(), error.kind(), error.to_string()));
+            crate::dir_failures::report(path, error);
+        }
+        let (path, kind, message) = self.background_failure.as_ref().expect("recorded above");
+        background_failure_error(path, *kind, message)
+    }
+
+    /// [`Log::fsync_failed`] for an engine error from a segment's or index's fsync; other errors pass through.
+    fn sync_error(&mut self, e: LogError) -> LogError {
+        match e {
+            LogError::Io { path, source, .. } => self.fsync_failed(&path, &source),
+            other => other,
+        }
     }
 
     /// fsyncs if the oldest unflushed append is older than `flush.ms`.
@@ -1435,7 +1453,7 @@ impl Log {
             .segments
             .values()
             .filter(|s| s.next_offset() > self.recovery_point)
-            .map(Segment::file_handle)
+            .map(|s| Ok((s.file_handle()?, s.log_path().to_path_buf())))
             .collect::<crate::Result<Vec<_>>>();
         let (files, failed) = match files {
             Ok(files) => (files, None),
@@ -1476,7 +1494,9 @@ impl Log {
         self.flush()?;
         // Group commits (`mark_flushed`) advance the recovery point without touching the indexes: write and
         // sync the active segment's buffered index entries before the checkpoint calls the shutdown clean.
-        self.active_mut().sync()?;
+        if let Err(e) = self.active_mut().sync() {
+            return Err(self.sync_error(e));
+        }
         let log_end = self.log_end_offset();
         self.write_producer_snapshot(log_end)?;
         self.write_checkpoint(clean_flag)
@@ -1535,7 +1555,7 @@ fn transaction_marker(batches: &[u8], v: &batch::ValidatedBatch) -> crate::Resul
 /// Files to fsync for a group commit; see [`Log::sync_handle`].
 #[derive(Debug, Clone)]
 pub struct SyncHandle {
-    files: Vec<Arc<File>>,
+    files: Vec<(Arc<File>, PathBuf)>,
     /// A file could not be (re)opened when the handle was taken: `sync` fails with this.
     failed: Option<String>,
     upto: i64,
@@ -1547,12 +1567,16 @@ impl SyncHandle {
         self.upto
     }
 
+    /// fsyncs the files. A failed fsync's error names its file; the caller must tell the log
+    /// ([`Log::fsync_failed`]), which then stops trusting itself.
     pub fn sync(&self) -> std::io::Result<()> {
         if let Some(reason) = &self.failed {
             return Err(std::io::Error::other(reason.clone()));
         }
-        for file in &self.files {
-            crate::fsync_stats::timed(|| file.sync_data())?;
+        for (file, path) in &self.files {
+            crate::fsync_stats::timed(|| crate::disk_faults::sync_data(file, path)).map_err(
+                |e| std::io::Error::new(e.kind(), format!("fsync of {}: {e}", path.display())),
+            )?;
             crate::page_cache::mark_durable(file);
         }
         Ok(())

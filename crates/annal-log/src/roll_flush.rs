@@ -108,10 +108,12 @@ impl RollFlush {
 
 fn sync_all(files: &[(Arc<File>, PathBuf)]) -> Outcome {
     for (file, path) in files {
-        crate::fsync_stats::timed(|| file.sync_data()).map_err(|error| FlushFailure {
-            path: path.clone(),
-            error,
-        })?;
+        crate::fsync_stats::timed(|| crate::disk_faults::sync_data(file, path)).map_err(
+            |error| FlushFailure {
+                path: path.clone(),
+                error,
+            },
+        )?;
         crate::page_cache::mark_durable(file);
     }
     Ok(())

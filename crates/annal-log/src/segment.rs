@@ -853,7 +853,7 @@ impl Segment {
     /// fsyncs the log file and its indexes.
     pub fn sync(&mut self) -> crate::Result<()> {
         let file = self.log_file()?;
-        crate::fsync_stats::timed(|| file.sync_data())
+        crate::fsync_stats::timed(|| crate::disk_faults::sync_data(&file, &self.log_path))
             .map_err(|e| LogError::io("fsync segment", &self.log_path, e))?;
         crate::page_cache::mark_durable(&file);
         self.offset_index.sync()?;

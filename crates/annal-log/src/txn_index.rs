@@ -222,9 +222,7 @@ impl TxnIndex {
 
     pub fn sync(&self) -> crate::Result<()> {
         match &self.file {
-            Some(file) => file
-                .get()?
-                .sync_data()
+            Some(file) => crate::disk_faults::sync_data(&*file.get()?, &self.path)
                 .map_err(|e| LogError::io("fsync transaction index", &self.path, e)),
             None => Ok(()),
         }

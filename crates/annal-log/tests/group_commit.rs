@@ -154,15 +154,18 @@ fn an_fsync_error_reaches_every_waiter_and_every_later_one() {
         durable_before,
         "a failed fsync marks nothing flushed"
     );
-    // Poisoned for good: even with the disk healthy again, no durability is promised without a reopen.
+    // Poisoned for good: even with the disk healthy again, no durability is promised without a reopen, and
+    // the log itself refuses appends and flushes (annal_log::dir_failures).
     log.fail.store(false, Ordering::SeqCst);
-    let info = log
+    let end = log.log.lock().log_end_offset();
+    assert!(log
         .log
         .lock()
         .append(&mut batch(99), &AppendOptions::default())
-        .unwrap();
+        .is_err());
+    assert!(log.log.lock().flush().is_err());
     assert!(matches!(
-        commit.wait_durable(info.last_offset),
+        commit.wait_durable(end - 1),
         Err(DurableError::SyncFailed(_))
     ));
     // Offsets that were durable before the failure stay acknowledged.
