@@ -29,6 +29,7 @@ mod quota;
 mod replica;
 pub mod security;
 mod server;
+pub mod storage_failure;
 mod topic_config;
 pub mod txn;
 
@@ -75,6 +76,8 @@ pub struct Broker {
     console: console::api::ConsoleState,
     /// Produce and fetch byte-rate quotas (`quota`), enforced from the image's ClientQuotaRecords.
     quotas: quota::ClientQuotas,
+    /// Failed fsyncs under the data directory: the broker halts on the first (`storage_failure`).
+    storage_failure: Arc<storage_failure::StorageFailure>,
 }
 
 impl Broker {
@@ -125,6 +128,11 @@ impl Broker {
     /// The broker's always-on metrics (`ops::metrics`).
     pub fn metrics(&self) -> &ops::metrics::BrokerMetrics {
         self.replica_manager.metrics()
+    }
+
+    /// Whether (and why) an fsync under the data directory failed, which stops the broker.
+    pub fn storage_failure(&self) -> &Arc<storage_failure::StorageFailure> {
+        &self.storage_failure
     }
 }
 
@@ -215,6 +223,9 @@ pub struct Started {
     data_dir_lock: Option<data_dir_lock::DataDirLock>,
 }
 
+/// How [`Started::serve`]'s error begins when an fsync of the broker's data failed.
+pub const STORAGE_FAILED: &str = "an fsync under the data directory failed";
+
 /// Opens the data directory (cluster id, producer ids, partitions, groups) for serving on `listener`.
 pub async fn start(
     config: BrokerConfig,
@@ -238,6 +249,8 @@ pub async fn start_in(
 ) -> anyhow::Result<Started> {
     let mut phases = StartPhases::new();
     let (cluster_id, data_dir_lock) = open_data_dir(&config, env.network.is_none())?;
+    // Before any log is opened: a failed fsync from here on stops the broker (`Started::serve`).
+    let storage_failure = Arc::new(storage_failure::StorageFailure::watch(&config.data_dir));
     // Bound first: an explicit http.listen that cannot be bound stops start-up before anything else runs.
     let http = if env.network.is_some() {
         None
@@ -370,6 +383,7 @@ pub async fn start_in(
         health: Default::default(),
         readiness: Default::default(),
         console: console::api::ConsoleState::new(console_target(&bound)),
+        storage_failure,
     });
     phases.done("coordinators started");
     tracing::info!(
@@ -475,6 +489,16 @@ impl Started {
                 let _ = stop_tx.send(true);
             }
         });
+        // A failed fsync under the data directory stops the broker at once, as Kafka halts when its only log
+        // directory fails (`storage_failure`).
+        let storage_watch = tokio::spawn({
+            let (failure, stop_tx) = (broker.storage_failure.clone(), stop_tx.clone());
+            async move {
+                let reason = failure.failed().await;
+                tracing::error!(%reason, "an fsync of this broker's data failed; stopping the broker without flushing");
+                let _ = stop_tx.send(true);
+            }
+        });
         let tls: Vec<_> = listeners
             .iter()
             .filter_map(|(_, ctx)| ctx.tls.clone())
@@ -497,6 +521,21 @@ impl Started {
         broker.txn.shutdown().await;
         let broker_epoch = broker.cluster.lease().broker_epoch;
         let data_dir = broker.config.data_dir.clone();
+        storage_watch.abort();
+        if let Some(reason) = broker.storage_failure.reason() {
+            // No flush, no clean-shutdown file: what the disk holds is unknown, so the next start recovers
+            // every log from it and the controller counts this stop as unclean (KIP-966).
+            tracing::error!("annal broker stopped: an fsync of its data failed");
+            drop(broker);
+            drop(data_dir_lock);
+            anyhow::bail!(
+                "{STORAGE_FAILED} ({reason}), so the broker stopped without flushing: data written since the last \
+                 good fsync may not be on the disk. Check the disk under {} (I/O errors in the kernel log), then \
+                 start the broker again: it recovers every log from the disk and catches up from the other \
+                 replicas",
+                data_dir.display()
+            );
+        }
         let broker = Arc::try_unwrap(broker).map_err(|_| ()).ok();
         match broker {
             Some(b) => {
