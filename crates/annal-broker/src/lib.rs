@@ -475,27 +475,28 @@ impl Started {
         // failing disk) can never learn metadata again, and openraft does not restart: the broker stops and
         // says why, as Kafka halts on a metadata log error, so that its supervisor restarts it once the disk
         // is fixed. Left running, it would serve stale leaderships and fence nobody, indefinitely.
+        // A failed fsync under the data directory stops the broker too, at once, as Kafka halts when its only
+        // log directory fails (`storage_failure`). One task watches both (a task more changes how a simulated
+        // host's tasks are scheduled, and `--twice` found that an idle one made runs differ).
         let quorum_failure: Arc<parking_lot::Mutex<Option<String>>> = Arc::default();
         let quorum_watch = tokio::spawn({
-            let (node, stop_tx, failure) = (
+            let (node, storage, stop_tx, failure) = (
                 broker.cluster.node().clone(),
+                broker.storage_failure.clone(),
                 stop_tx.clone(),
                 quorum_failure.clone(),
             );
             async move {
-                let reason = node.failed().await;
-                tracing::error!(%reason, "this node's metadata quorum stopped on a fault; stopping the broker");
-                *failure.lock() = Some(reason);
-                let _ = stop_tx.send(true);
-            }
-        });
-        // A failed fsync under the data directory stops the broker at once, as Kafka halts when its only log
-        // directory fails (`storage_failure`).
-        let storage_watch = tokio::spawn({
-            let (failure, stop_tx) = (broker.storage_failure.clone(), stop_tx.clone());
-            async move {
-                let reason = failure.failed().await;
-                tracing::error!(%reason, "an fsync of this broker's data failed; stopping the broker without flushing");
+                tokio::select! {
+                    biased;
+                    reason = storage.failed() => {
+                        tracing::error!(%reason, "an fsync of this broker's data failed; stopping the broker without flushing");
+                    }
+                    reason = node.failed() => {
+                        tracing::error!(%reason, "this node's metadata quorum stopped on a fault; stopping the broker");
+                        *failure.lock() = Some(reason);
+                    }
+                }
                 let _ = stop_tx.send(true);
             }
         });
@@ -521,8 +522,8 @@ impl Started {
         broker.txn.shutdown().await;
         let broker_epoch = broker.cluster.lease().broker_epoch;
         let data_dir = broker.config.data_dir.clone();
-        storage_watch.abort();
         if let Some(reason) = broker.storage_failure.reason() {
+            quorum_watch.abort();
             // No flush, no clean-shutdown file: what the disk holds is unknown, so the next start recovers
             // every log from it and the controller counts this stop as unclean (KIP-966).
             tracing::error!("annal broker stopped: an fsync of its data failed");

@@ -10,53 +10,58 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use parking_lot::Mutex;
+
 /// Hears of failed fsyncs under the data directory, for as long as it lives.
 pub struct StorageFailure {
-    failed: tokio::sync::watch::Receiver<Option<String>>,
+    state: Arc<State>,
     _watch: annal_log::dir_failures::WatchGuard,
+}
+
+/// A `Notify` rather than a `watch` channel: tokio's watch picks one of its notifiers at random per waiter, and
+/// the simulator's runs must not draw from an unseeded generator.
+#[derive(Default)]
+struct State {
+    reason: Mutex<Option<String>>,
+    notify: tokio::sync::Notify,
 }
 
 impl StorageFailure {
     /// Watches every log under `data_dir` (partitions and the metadata log).
     pub fn watch(data_dir: &Path) -> StorageFailure {
-        let (tx, failed) = tokio::sync::watch::channel(None);
-        let watch = annal_log::dir_failures::watch(
-            data_dir,
+        let state = Arc::new(State::default());
+        let watch = annal_log::dir_failures::watch(data_dir, {
+            let state = state.clone();
             Arc::new(move |path: &Path, error: &std::io::Error| {
-                let reason = format!("fsync of {} failed: {error}", path.display());
+                let mut reason = state.reason.lock();
                 // The first failure is the one to report; later ones follow from it.
-                tx.send_if_modified(|r| {
-                    if r.is_none() {
-                        *r = Some(reason);
-                        true
-                    } else {
-                        false
-                    }
-                });
-            }),
-        );
+                if reason.is_none() {
+                    *reason = Some(format!("fsync of {} failed: {error}", path.display()));
+                    drop(reason);
+                    state.notify.notify_waiters();
+                }
+            })
+        });
         StorageFailure {
-            failed,
+            state,
             _watch: watch,
         }
     }
 
     /// Why the directory failed, if it has.
     pub fn reason(&self) -> Option<String> {
-        self.failed.borrow().clone()
+        self.state.reason.lock().clone()
     }
 
     /// Resolves with the reason once an fsync under the directory fails.
     pub async fn failed(&self) -> String {
-        let mut failed = self.failed.clone();
-        let reason = match failed.wait_for(Option::is_some).await {
-            Ok(reason) => reason.clone(),
-            // The sender lives in the watch this struct holds: it cannot be dropped first.
-            Err(_) => None,
-        };
-        match reason {
-            Some(reason) => reason,
-            None => std::future::pending().await,
+        loop {
+            // Registered before the check, so a failure between the two still wakes this.
+            let notified = self.state.notify.notified();
+            if let Some(reason) = self.reason() {
+                return reason;
+            }
+            notified.await;
         }
     }
 }

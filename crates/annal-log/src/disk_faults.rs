@@ -135,6 +135,11 @@ pub(crate) fn sync_data(file: &File, path: &Path) -> std::io::Result<()> {
     file.sync_data()
 }
 
+/// Whether any directory has a fault (one relaxed load): callers check it before working out a path.
+pub fn any() -> bool {
+    ANY.load(Ordering::Relaxed)
+}
+
 /// How long an fsync of a file under `path` takes on a slow disk; `None` on a healthy one. Async callers that
 /// wait for an fsync sleep this long first, so the slowness is in their runtime's (simulated) time.
 pub fn fsync_delay(path: &Path) -> Option<Duration> {

@@ -1574,9 +1574,8 @@ impl SyncHandle {
             return Err(std::io::Error::other(reason.clone()));
         }
         for (file, path) in &self.files {
-            crate::fsync_stats::timed(|| crate::disk_faults::sync_data(file, path)).map_err(
-                |e| std::io::Error::new(e.kind(), format!("fsync of {}: {e}", path.display())),
-            )?;
+            crate::fsync_stats::timed(|| crate::disk_faults::sync_data(file, path))
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
             crate::page_cache::mark_durable(file);
         }
         Ok(())

@@ -96,22 +96,38 @@ pub fn lose_unsynced(dir: &Path) -> std::io::Result<Vec<LostTail>> {
                 pending.push(path);
                 continue;
             }
-            let durable = DURABLE.lock().get(&(meta.dev(), meta.ino())).copied();
-            if let Some(to) = durable.filter(|&to| to < meta.len()) {
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&path)?
-                    .set_len(to)?;
-                lost.push(LostTail {
-                    path,
-                    from: meta.len(),
-                    to,
-                });
-            }
+            lost.extend(cut_back(path, &meta)?);
         }
     }
     lost.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(lost)
+}
+
+/// [`lose_unsynced`] for one file (a file whose fsync failed); `None` if it had nothing unsynced or is gone.
+pub fn lose_unsynced_file(path: &Path) -> std::io::Result<Option<LostTail>> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_file() => cut_back(path.to_path_buf(), &meta),
+        Ok(_) => Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Cuts a tracked file longer than its durable length back to it.
+fn cut_back(path: PathBuf, meta: &std::fs::Metadata) -> std::io::Result<Option<LostTail>> {
+    let durable = DURABLE.lock().get(&(meta.dev(), meta.ino())).copied();
+    let Some(to) = durable.filter(|&to| to < meta.len()) else {
+        return Ok(None);
+    };
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)?
+        .set_len(to)?;
+    Ok(Some(LostTail {
+        path,
+        from: meta.len(),
+        to,
+    }))
 }
 
 #[cfg(test)]

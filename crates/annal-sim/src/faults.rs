@@ -29,6 +29,14 @@ pub enum Fault {
     /// of their bytes (`annal_log::disk_faults`); with `--disk-full-metadata` the metadata quorum's log's too:
     /// the broker then halts, and starts again once the disk has room (decision 0011).
     DiskFull(i32),
+    /// Node `n`'s disk fails every fsync of its partitions' data with `EIO` (with `--disk-full-metadata`, of
+    /// the metadata log's too): the broker halts at the first, the files whose fsync failed may lose what was
+    /// not fsynced before (the run's power-loss budget decides), and the node starts again once the window
+    /// ends (decision 0011).
+    FsyncFails(i32),
+    /// Node `n`'s disk is slow: every fsync the broker or the metadata log waits for takes `ms` (in
+    /// simulated time).
+    SlowFsync(i32, u64),
 }
 
 impl fmt::Display for Fault {
@@ -43,6 +51,8 @@ impl fmt::Display for Fault {
             Fault::Crash(n) => write!(f, "crash n{n}"),
             Fault::ClockJump(n, ms) => write!(f, "clock of n{n} jumps {ms} ms"),
             Fault::DiskFull(n) => write!(f, "disk of n{n} full"),
+            Fault::FsyncFails(n) => write!(f, "fsyncs of n{n} fail"),
+            Fault::SlowFsync(n, ms) => write!(f, "fsyncs of n{n} take {ms} ms"),
         }
     }
 }
@@ -183,4 +193,60 @@ pub fn add_disk_fulls(
         }
     }
     schedule.sort_by_key(|s| s.start);
+}
+
+/// Up to `count` fsync-fault windows (failing or slow, even odds), drawn from their own stream like
+/// [`add_disk_fulls`] (so every seed means what it meant before with `count` 0) and merged into `schedule` in
+/// start order. A window that would overlap a crash or another disk fault of the same node, or come within a
+/// second of one, is left out: a node restarted at a window's end would otherwise start on a faulty disk.
+pub fn add_fsync_faults(
+    rng: &mut StdRng,
+    schedule: &mut Vec<Scheduled>,
+    count: u32,
+    voters: i32,
+    first: Duration,
+    until: Duration,
+) {
+    for _ in 0..count {
+        let n = rng.gen_range(1..=voters);
+        let length = Duration::from_millis(rng.gen_range(1_000..6_000));
+        let fault = if rng.gen_bool(0.5) {
+            Fault::FsyncFails(n)
+        } else {
+            Fault::SlowFsync(n, rng.gen_range(50..1_500))
+        };
+        let latest = until.saturating_sub(length);
+        if latest <= first {
+            continue;
+        }
+        let start =
+            first + Duration::from_millis(rng.gen_range(0..(latest - first).as_millis() as u64));
+        let end = start + length;
+        let margin = Duration::from_secs(1);
+        let clashes = schedule.iter().any(|s| {
+            s.fault.disk_of() == Some(n) && s.start <= end + margin && start <= s.end + margin
+        });
+        if !clashes {
+            schedule.push(Scheduled { fault, start, end });
+        }
+    }
+    schedule.sort_by_key(|s| s.start);
+}
+
+impl Fault {
+    /// The node whose disk or process this fault is about (crashes and disk faults), if any.
+    pub fn disk_of(&self) -> Option<i32> {
+        match *self {
+            Fault::Crash(n)
+            | Fault::DiskFull(n)
+            | Fault::FsyncFails(n)
+            | Fault::SlowFsync(n, _) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// Whether node `n` may not be restarted while this fault holds (its disk would refuse the start).
+    pub fn keeps_down(&self, n: i32) -> bool {
+        matches!(*self, Fault::DiskFull(m) | Fault::FsyncFails(m) if m == n)
+    }
 }

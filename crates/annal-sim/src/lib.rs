@@ -106,7 +106,15 @@ pub struct Options {
     /// `SIM_DISK_FULL_METADATA=1`): the node's Raft then fails and its broker halts, and the driver restarts it
     /// once the disk has room. Off by default: a run with halts does not yet replay identically (decision 0011).
     pub disk_full_metadata: bool,
+    /// How many fsync-fault windows a broker run may have (`Fault::FsyncFails` or `Fault::SlowFsync`, even
+    /// odds, on a stream of their own): [`DEFAULT_FSYNC_FAULTS`] unless set (`--fsync-faults N`,
+    /// `SIM_FSYNC_FAULTS`). With [`Options::disk_full_metadata`] a failing disk fails the metadata log's fsyncs
+    /// too.
+    pub fsync_faults: u32,
 }
+
+/// [`Options::fsync_faults`] unless set.
+pub const DEFAULT_FSYNC_FAULTS: u32 = 1;
 
 /// [`Options::disk_fulls`] unless set.
 pub const DEFAULT_DISK_FULLS: u32 = 1;
@@ -140,6 +148,10 @@ impl Default for Options {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(DEFAULT_DISK_FULLS),
             disk_full_metadata: std::env::var("SIM_DISK_FULL_METADATA").is_ok_and(|v| v == "1"),
+            fsync_faults: std::env::var("SIM_FSYNC_FAULTS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(DEFAULT_FSYNC_FAULTS),
         }
     }
 }
@@ -231,6 +243,15 @@ impl Report {
             )
         } else {
             (env_disk, flag_disk)
+        };
+        let (env_disk, flag_disk) = if self.options.fsync_faults == DEFAULT_FSYNC_FAULTS {
+            (env_disk, flag_disk)
+        } else {
+            let n = self.options.fsync_faults;
+            (
+                format!("{env_disk}SIM_FSYNC_FAULTS={n} "),
+                format!("{flag_disk} --fsync-faults {n}"),
+            )
         };
         let test = if self.options.planted == Planted::Nothing {
             format!(
@@ -364,6 +385,14 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
             fault_start,
             options.fault_phase,
         );
+        faults::add_fsync_faults(
+            &mut StdRng::seed_from_u64(seed ^ 0x00f5_0f5c),
+            &mut schedule,
+            options.fsync_faults,
+            VOTERS,
+            fault_start,
+            options.fault_phase,
+        );
     }
     let _disks = DiskFaultsGuard;
     let shared = Arc::new(Shared {
@@ -441,12 +470,21 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
         }
         let step = sim.step();
         if options.brokers {
-            crash_halted(&mut sim, &shared);
-            // A halted node whose disk is no longer full starts again (its window may have ended while it
+            for n in crash_halted(&mut sim, &shared) {
+                // The files whose fsync failed may have lost their dirty pages: they do, while the run's budget
+                // of such losses lasts (a power loss elsewhere on top could lose acknowledged writes, as two
+                // power losses can).
+                let failed = annal_log::disk_faults::take_failed_fsyncs(&shared.dir.join(host(n)));
+                if !failed.is_empty() && power_losses_left > 0 {
+                    power_losses_left -= 1;
+                    lose_unsynced_files(&shared, n, &failed, now_ms_of(&sim));
+                }
+            }
+            // A halted node whose disk is healthy again starts again (its window may have ended while it
             // was halting).
             let down: Vec<i32> = shared.halted_down.lock().iter().copied().collect();
             for n in down {
-                if !active.iter().any(|s| s.fault == Fault::DiskFull(n)) {
+                if !active.iter().any(|s| s.fault.keeps_down(n)) {
                     restart_if_halted(&mut sim, &shared, n);
                 }
             }
@@ -642,6 +680,34 @@ fn lose_unsynced(shared: &Shared, n: i32, at: u64) {
     shared.history.lock().event(at, what);
 }
 
+/// Right after node `n` halted on failed fsyncs: those files lose what was not fsynced (after a failed fsync
+/// Linux may drop the dirty pages).
+fn lose_unsynced_files(shared: &Shared, n: i32, failed: &[PathBuf], at: u64) {
+    let data = shared.dir.join(host(n));
+    let mut lost = Vec::new();
+    for path in failed {
+        let name = path
+            .strip_prefix(&data)
+            .unwrap_or(path)
+            .display()
+            .to_string();
+        match annal_log::page_cache::lose_unsynced_file(path) {
+            Ok(Some(l)) => lost.push(format!("{name} {}->{}", l.from, l.to)),
+            Ok(None) => {}
+            Err(e) => lost.push(format!("{name} could not be cut back: {e}")),
+        }
+    }
+    let what = if lost.is_empty() {
+        format!("failed fsyncs: n{n} lost nothing (nothing unsynced)")
+    } else {
+        format!(
+            "failed fsyncs: n{n} lost the unsynced tails of {}",
+            lost.join(", ")
+        )
+    };
+    shared.history.lock().event(at, what);
+}
+
 /// What a planted fault does to voter `n`'s disk right after its crash.
 fn plant(shared: &Shared, planted: Planted, n: i32, at: u64) {
     let data = shared.dir.join(host(n));
@@ -710,6 +776,25 @@ fn apply(sim: &mut turmoil::Sim<'_>, shared: &Shared, fault: &Fault) {
             };
             annal_log::disk_faults::fill(&data, writable);
         }
+        Fault::FsyncFails(n) => {
+            let data = shared.dir.join(host(*n));
+            annal_log::disk_faults::fail_fsyncs(&data, metadata_spared(shared, &data));
+        }
+        Fault::SlowFsync(n, ms) => {
+            // A slow disk is slow for the metadata log too: it is the same disk.
+            let data = shared.dir.join(host(*n));
+            annal_log::disk_faults::slow_fsyncs(&data, Duration::from_millis(*ms), Vec::new());
+        }
+    }
+}
+
+/// The metadata log's directory, spared by a disk fault unless `--disk-full-metadata` puts it on the faulty
+/// disk too.
+fn metadata_spared(shared: &Shared, data: &std::path::Path) -> Vec<PathBuf> {
+    if shared.disk_full_metadata {
+        Vec::new()
+    } else {
+        vec![data.join(annal_metadata::raft::METADATA_LOG_DIR)]
     }
 }
 
@@ -749,13 +834,22 @@ fn undo(sim: &mut turmoil::Sim<'_>, shared: &Shared, fault: &Fault) {
             );
             restart_if_halted(sim, shared, *n);
         }
+        Fault::FsyncFails(n) | Fault::SlowFsync(n, _) => {
+            let hit = annal_log::disk_faults::free(&shared.dir.join(host(*n)));
+            let what = match fault {
+                Fault::FsyncFails(_) => format!("n{n}'s disk failed {hit} fsyncs"),
+                _ => format!("n{n}'s disk slowed {hit} fsyncs"),
+            };
+            shared.history.lock().event(now_ms_of(sim), what);
+            restart_if_halted(sim, shared, *n);
+        }
     }
 }
 
 /// Crashes the hosts whose broker reported a halt (`ReplicationHistory::halted`): a halt runs no shutdown.
-fn crash_halted(sim: &mut turmoil::Sim<'_>, shared: &Shared) {
+fn crash_halted(sim: &mut turmoil::Sim<'_>, shared: &Shared) -> Vec<i32> {
     let halted = std::mem::take(&mut shared.history.lock().replication.halted);
-    for n in halted {
+    for &n in &halted {
         annal_log::page_cache::freeze(true);
         sim.crash(host(n));
         annal_log::page_cache::freeze(false);
@@ -765,6 +859,7 @@ fn crash_halted(sim: &mut turmoil::Sim<'_>, shared: &Shared) {
             .lock()
             .event(now_ms_of(sim), format!("n{n} halted"));
     }
+    halted.into_iter().collect()
 }
 
 /// Starts node `n` again if its broker halted, as a supervisor (systemd, Kubernetes) restarts a process that

@@ -14,6 +14,8 @@
 //! `--disk-fulls N` (default 1; `SIM_DISK_FULLS`) gives a `--brokers` run up to N windows in which one node's
 //! disk is full (its partitions' writes fail with ENOSPC); 0 turns them off. `--disk-full-metadata` fills the
 //! metadata quorum's log too: the node's broker halts and is restarted once the disk has room.
+//! `--fsync-faults N` (default 1; `SIM_FSYNC_FAULTS`) gives a `--brokers` run up to N windows in which one node's
+//! fsyncs fail (its broker halts, and is restarted once the window ends) or are slow; 0 turns them off.
 //! `--jobs J` runs the seeds in J processes of this binary (seed `from + k + i*J` in the k-th), for the cores a
 //! long run has: a simulation is single-threaded and one runs at a time per process (tokio's task ids are
 //! process-wide and drive a crashed host's drop order), so processes, not threads, are the unit of parallelism.
@@ -58,6 +60,7 @@ fn main() -> ExitCode {
             "--power-losses" => options.power_losses = value("--power-losses") as u32,
             "--disk-fulls" => options.disk_fulls = value("--disk-fulls") as u32,
             "--disk-full-metadata" => options.disk_full_metadata = true,
+            "--fsync-faults" => options.fsync_faults = value("--fsync-faults") as u32,
             "--plant-hw-before-isr" => {
                 options.planted = Planted::Replication(PlantedBug::HighWatermarkBeforeIsr)
             }
@@ -71,7 +74,7 @@ fn main() -> ExitCode {
                 options.planted = Planted::Replication(PlantedBug::AckBeforeIsrCommitted)
             }
             other => {
-                eprintln!("unknown argument {other}; usage: annal-sim [--seeds N] [--from S] [--seed S] [--jobs J] [--seconds T] [--power-losses N] [--disk-fulls N] [--disk-full-metadata] [--tick-ms MS] [--trace] [--twice] [--strict-terms] [--brokers] [--plant-forget-vote|--plant-wipe-disk|--plant-hw-before-isr|--plant-truncate-to-hw|--plant-elect-outside-isr|--plant-ack-before-isr-commit]");
+                eprintln!("unknown argument {other}; usage: annal-sim [--seeds N] [--from S] [--seed S] [--jobs J] [--seconds T] [--power-losses N] [--disk-fulls N] [--disk-full-metadata] [--fsync-faults N] [--tick-ms MS] [--trace] [--twice] [--strict-terms] [--brokers] [--plant-forget-vote|--plant-wipe-disk|--plant-hw-before-isr|--plant-truncate-to-hw|--plant-elect-outside-isr|--plant-ack-before-isr-commit]");
                 return ExitCode::from(2);
             }
         }

@@ -482,16 +482,23 @@ pub(crate) async fn node(shared: Arc<Shared>, n: i32) -> turmoil::Result {
     });
     // A broker whose metadata quorum fails (its disk is full) halts, as Kafka's does: the driver crashes the
     // host as soon as this reports it (a halt runs no shutdown), and starts it again once the disk has room.
+    // So does a broker whose data's fsync failed (its disk fails fsyncs): `annal_broker::storage_failure`. One
+    // task for both: an idle task more changes the host's scheduling (decision 0011).
     tokio::spawn({
         let (shared, node) = (shared.clone(), broker.cluster().node().clone());
+        let storage = broker.storage_failure().clone();
         async move {
             // Relative paths in the trace: the data directory's name is random, the trace must not be.
             let data_dir = format!("{}/", shared.dir.display());
-            let reason = node.failed().await.replace(&data_dir, "");
+            let what = tokio::select! {
+                biased;
+                reason = storage.failed() => format!("n{n}'s log directory failed ({reason})"),
+                reason = node.failed() => format!("n{n}'s metadata quorum failed ({reason})"),
+            };
             let mut history = shared.history.lock();
             history.event(
                 now_ms(),
-                format!("n{n}'s metadata quorum failed ({reason}): the broker halts"),
+                format!("{}: the broker halts", what.replace(&data_dir, "")),
             );
             history.replication.halted.insert(n);
         }
@@ -502,7 +509,10 @@ pub(crate) async fn node(shared: Arc<Shared>, n: i32) -> turmoil::Result {
         // The broker stops itself when its metadata quorum fails (its disk is full): the process exits, as
         // Kafka's halts, and the driver starts it again once the disk is freed (`halted`).
         // Only if serve returned before the driver crashed the host: wait for that.
-        Err(e) if format!("{e}").starts_with(QUORUM_STOPPED) => {
+        Err(e)
+            if format!("{e}").starts_with(QUORUM_STOPPED)
+                || format!("{e}").starts_with(annal_broker::STORAGE_FAILED) =>
+        {
             std::future::pending::<()>().await;
             Ok(())
         }

@@ -8,7 +8,9 @@
 //! - `SIM_TEETH_SEEDS=n` bounds the planted-fault search (the checks' teeth; default 10).
 //! - `SIM_POWER_LOSSES=n`: how many crashes of a run may be power losses (default 1, `Options::power_losses`).
 //! - `SIM_DISK_FULLS=n`: how many full-disk windows a broker run may have (default 1, `Options::disk_fulls`);
-//!   `SIM_DISK_FULL_METADATA=1` fills the metadata log too (`Options::disk_full_metadata`).
+//!   `SIM_DISK_FULL_METADATA=1` fills the metadata log too (`Options::disk_full_metadata`);
+//! - `SIM_FSYNC_FAULTS=n`: how many failing- or slow-fsync windows a broker run may have (default 1,
+//!   `Options::fsync_faults`).
 //! - `SIM_BROKER_SEEDS=n`: seeds of the real brokers (`Options::brokers`: three combined nodes, producers and
 //!   a reader; default 2 in release, 1 in debug), each run twice; `SIM_BROKERS=1 SIM_SEED=s` replays one.
 //! - The long mode is the binary: `cargo run --release -p annal-sim -- --seeds 10000 [--twice]`.
@@ -123,6 +125,7 @@ fn isr_changes_do_not_wait_behind_a_forwarded_admin_request() {
         // The schedule that found it: every crash a process crash, as before power losses existed.
         power_losses: 0,
         disk_fulls: 0,
+        fsync_faults: 0,
         ..Options::default()
     };
     let report = run_seed(1, &options);
@@ -156,6 +159,7 @@ fn a_process_crash_keeps_its_elr_place_when_the_last_leader_lost_power() {
         brokers: true,
         power_losses: 1,
         disk_fulls: 0,
+        fsync_faults: 0,
         ..Options::default()
     };
     let report = run_seed(31, &options);
@@ -204,6 +208,56 @@ fn a_broker_whose_metadata_log_cannot_be_written_halts_and_recovers_after_a_rest
     );
 }
 
+/// Failing fsyncs: seed 7 of 60 s fails n1's fsyncs while n1 leads `__consumer_offsets-0` (flush.messages=1, so
+/// every commit fsyncs). The engine stops trusting the log, the broker halts (as Kafka's does when its only log
+/// directory fails), the file whose fsync failed loses what it had not fsynced, and once restarted n1 recovers and
+/// catches up: no acknowledged write or commit lost, replicas identical. Slow fsyncs: seed 11 of 60 s slows n2's (its commits and metadata appends wait).
+#[test]
+fn a_broker_whose_fsync_fails_halts_and_recovers_and_a_slow_one_only_waits() {
+    if std::env::var("SIM_SEED").is_ok() {
+        // A replay of one seed: the tests above run it.
+        return;
+    }
+    let options = Options {
+        fault_phase: Duration::from_secs(60),
+        keep_trace: true,
+        brokers: true,
+        power_losses: 1,
+        disk_fulls: 1,
+        fsync_faults: 1,
+        ..Options::default()
+    };
+    let report = run_seed(7, &options);
+    println!("{}", describe(&report));
+    if !report.passed() {
+        fail(&report);
+    }
+    let has =
+        |report: &Report, prefix: &str| report.trace.iter().any(|(_, e)| e.starts_with(prefix));
+    assert!(
+        has(&report, "n1's log directory failed (fsync of ")
+            && has(&report, "n1 halted")
+            && has(&report, "failed fsyncs: n1 lost the unsynced tails of ")
+            && has(&report, "n1 started again"),
+        "seed 7 no longer halts n1 on a failed fsync and restarts it; pick another seed for this test"
+    );
+    let report = run_seed(11, &options);
+    println!("{}", describe(&report));
+    if !report.passed() {
+        fail(&report);
+    }
+    let slowed: u64 = report
+        .trace
+        .iter()
+        .filter_map(|(_, e)| e.strip_prefix("n2's disk slowed "))
+        .filter_map(|rest| rest.split(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(
+        slowed > 0,
+        "seed 11 no longer slows an fsync of n2; pick another seed for this test"
+    );
+}
+
 /// Seed 8 of 30 s with one full-disk window (n3's), once; fails the test on any violation.
 fn full_disk_run(metadata: bool) -> Report {
     let options = Options {
@@ -213,6 +267,7 @@ fn full_disk_run(metadata: bool) -> Report {
         power_losses: 1,
         disk_fulls: 1,
         disk_full_metadata: metadata,
+        fsync_faults: 0,
         ..Options::default()
     };
     let report = run_seed(8, &options);

@@ -466,6 +466,12 @@ impl ReplicaManager {
         let Some(wait) = appended.durable else {
             return Ok(());
         };
+        // A simulated slow disk (annal-sim): the fsync this waits for takes that long, in this runtime's time.
+        if annal_log::disk_faults::any() {
+            if let Some(delay) = annal_log::disk_faults::fsync_delay(&part.log_dir()) {
+                tokio::time::sleep(delay).await;
+            }
+        }
         if required_acks == 0 {
             // Nobody waits for the answer, but flush.messages=1 still asks for the fsync: let it run.
             let part = part.clone();

@@ -260,6 +260,11 @@ impl Partition {
     }
 
     /// `<topic>-<index>`, for messages and logs.
+    /// The partition's log directory.
+    pub fn log_dir(&self) -> std::path::PathBuf {
+        self.log.lock().dir().to_path_buf()
+    }
+
     pub fn name(&self) -> String {
         format!("{}-{}", self.topic, self.index)
     }

@@ -365,6 +365,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
         let store = self.clone();
+        // A simulated slow disk (annal-sim): the append's fsync takes that long, in this runtime's time.
+        if annal_log::disk_faults::any() {
+            if let Some(delay) = annal_log::disk_faults::fsync_delay(&self.shared.dir) {
+                tokio::time::sleep(delay).await;
+            }
+        }
         // Appending and fsyncing block: off the runtime's worker threads.
         let result = self
             .disk_io
