@@ -258,6 +258,32 @@ fn a_broker_whose_fsync_fails_halts_and_recovers_and_a_slow_one_only_waits() {
     );
 }
 
+/// Regression, broker seed 2250 of 60 s (no fsync faults): n3 lost the leadership of `__consumer_offsets-0`
+/// while cut off and, back in touch with the client but not yet with the metadata quorum, answered the
+/// committer's OffsetFetch from its own cache: offsets older than commits the new coordinator had acknowledged
+/// (a consumer starting from them would process records again). The coordinator now proves its leadership with a
+/// read barrier before it answers (`GroupCoordinator::read_barrier`). Fails without it.
+#[test]
+fn a_coordinator_that_lost_its_leadership_unknowingly_does_not_answer_stale_offsets() {
+    if std::env::var("SIM_SEED").is_ok() {
+        return;
+    }
+    let options = Options {
+        fault_phase: Duration::from_secs(60),
+        keep_trace: true,
+        brokers: true,
+        power_losses: 1,
+        disk_fulls: 1,
+        fsync_faults: 0,
+        ..Options::default()
+    };
+    let report = run_seed(2250, &options);
+    println!("{}", describe(&report));
+    if !report.passed() {
+        fail(&report);
+    }
+}
+
 /// Seed 8 of 30 s with one full-disk window (n3's), once; fails the test on any violation.
 fn full_disk_run(metadata: bool) -> Report {
     let options = Options {

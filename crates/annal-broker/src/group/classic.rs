@@ -633,6 +633,18 @@ impl State {
             .any(|o| matches!(o, Owned::Loading { .. }))
     }
 
+    /// Appends a read barrier to `partition` (see `GroupCoordinator::read_barrier`): an offset tombstone of a
+    /// group that never exists, which replays (here and in Kafka) as nothing. False if this broker does not lead
+    /// the partition or the append failed.
+    pub fn append_read_barrier(&mut self, partition: u32) -> bool {
+        let barrier = Record {
+            key: records::offset_key(records::READ_BARRIER_GROUP, "", 0),
+            value: None,
+        };
+        self.writer
+            .append(partition, std::slice::from_ref(&barrier))
+    }
+
     pub fn take_waits(&mut self) -> Vec<CommitWait> {
         std::mem::take(&mut self.writer.waits)
     }

@@ -607,13 +607,72 @@ impl GroupCoordinator {
             .overview_where(|_| true, |t| topics.contains(t), true)
     }
 
+    /// A read barrier before committed offsets are read (OffsetFetch): proves that this broker still leads the
+    /// `__consumer_offsets` partition holding `group`, so that no newer commit was acknowledged elsewhere. A broker
+    /// cut off while its leadership moved goes on believing it leads until its metadata catches up, and its cache
+    /// would answer offsets older than commits the new leader acknowledged (a consumer starting from them would
+    /// process records again; found by annal-sim, decision 0011). The barrier appends a record that replays as
+    /// nothing and waits until it is committed: its partition's high watermark can pass it only after the in-sync
+    /// followers fetched it from this leader at its leader epoch, after this request arrived, and a newer leader
+    /// cannot have acknowledged a commit before that without one of them already following it (min.insync.replicas
+    /// at least 2, as `__consumer_offsets`' default; with 1 the barrier proves nothing, as acks=all then promises
+    /// little). Kafka answers from its cache without one. COORDINATOR_NOT_AVAILABLE when the barrier does not
+    /// commit within `offsets.commit.timeout.ms`: the client finds the coordinator again and retries.
+    async fn read_barrier(&self, group: &str) -> Result<(), i16> {
+        if group.is_empty() {
+            return Ok(());
+        }
+        let waits = {
+            let mut state = self.shared.state.lock();
+            let partition = state.partition_for_group(group);
+            if !state.append_read_barrier(partition) {
+                return Err(state
+                    .coordinator_error(group)
+                    .unwrap_or(code::COORDINATOR_NOT_AVAILABLE));
+            }
+            state.take_waits()
+        };
+        if run_waits(&self.shared, waits).await {
+            Ok(())
+        } else {
+            Err(code::COORDINATOR_NOT_AVAILABLE)
+        }
+    }
+
+    /// [`GroupCoordinator::ready`] then [`GroupCoordinator::read_barrier`], for the groups of one OffsetFetch:
+    /// one barrier per `__consumer_offsets` partition.
+    async fn readable(&self, groups: &[String]) -> Vec<Option<i16>> {
+        let mut errors = self.errors_of(groups).await;
+        let mut barriers: BTreeMap<u32, Option<i16>> = BTreeMap::new();
+        for (group, error) in groups.iter().zip(errors.iter_mut()) {
+            if error.is_some() || group.is_empty() {
+                continue;
+            }
+            let partition = self.partition_for(group);
+            if let Some(outcome) = barriers.get(&partition) {
+                *error = *outcome;
+                continue;
+            }
+            let outcome = self.read_barrier(group).await.err();
+            barriers.insert(partition, outcome);
+            *error = outcome;
+        }
+        errors
+    }
+
     pub async fn offset_fetch(
         &self,
         req: OffsetFetchRequest,
         api_version: i16,
     ) -> OffsetFetchResponse {
         if api_version < 8 {
-            if let Err(error) = self.ready(req.group_id.0.as_str()).await {
+            let group = req.group_id.0.to_string();
+            let error = self
+                .readable(std::slice::from_ref(&group))
+                .await
+                .pop()
+                .flatten();
+            if let Some(error) = error {
                 return offsets::fetch_error(&req, api_version, error);
             }
             let require_stable = api_version >= 7 && req.require_stable;
@@ -641,7 +700,7 @@ impl GroupCoordinator {
             .iter()
             .map(|g| g.group_id.0.to_string())
             .collect();
-        let errors = self.errors_of(&ids).await;
+        let errors = self.readable(&ids).await;
         let (mut served, mut refused) = (req.clone(), Vec::new());
         served.groups.clear();
         for (g, error) in req.groups.into_iter().zip(errors) {

@@ -16,6 +16,11 @@ const OFFSET_COMMIT_VALUE_VERSION: i16 = 3;
 /// `GroupMetadataValue` v3: with static member instance ids.
 const GROUP_METADATA_VALUE_VERSION: i16 = 3;
 
+/// The group of the read barriers' records (`GroupCoordinator::read_barrier`): offset tombstones of this group
+/// and the empty topic name, which no topic has, so no commit can exist under that key and the tombstone changes
+/// nothing (compaction keeps one per partition, then drops it after `delete.retention.ms`).
+pub const READ_BARRIER_GROUP: &str = "__annal_read_barrier";
+
 /// A decoded record key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordKey {
