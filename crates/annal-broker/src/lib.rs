@@ -331,11 +331,14 @@ pub async fn start_in(
         .await?;
     phases.done("registered, unfenced and the first metadata image applied");
     let cluster = Arc::new(cluster);
-    let txn_routes = Arc::new(cluster::ClusterTxnRoutes::new(
-        cluster.clone(),
-        config.node_id,
-        config.cluster.listeners.inter_broker_name.clone(),
-    ));
+    let txn_routes = Arc::new(
+        cluster::ClusterTxnRoutes::new(
+            cluster.clone(),
+            config.node_id,
+            config.cluster.listeners.inter_broker_name.clone(),
+        )
+        .with_network(env.connector()),
+    );
     let txn = txn::TxnCoordinator::start(
         replica_manager.clone(),
         Arc::new(cluster::ControllerOffsetsTopic::new(

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use annal_client::net::{Network, TokioNetwork};
+
 use super::ClusterRuntime;
 use crate::group::BoxFuture;
 use crate::txn::{LeaderRoutes, ProducerIdSource};
@@ -12,6 +14,8 @@ pub struct ClusterTxnRoutes {
     node_id: i32,
     /// Markers go to the leaders' inter-broker endpoints (`inter.broker.listener.name`).
     inter_broker_listener: String,
+    /// Where markers' and verifications' connections open (`BrokerEnv::connector`).
+    network: Arc<dyn Network>,
 }
 
 impl ClusterTxnRoutes {
@@ -20,7 +24,14 @@ impl ClusterTxnRoutes {
             cluster,
             node_id,
             inter_broker_listener,
+            network: Arc::new(TokioNetwork),
         }
+    }
+
+    /// Opens the coordinator's connections through `network` instead of the OS's TCP.
+    pub fn with_network(mut self, network: Arc<dyn Network>) -> Self {
+        self.network = network;
+        self
     }
 }
 
@@ -50,5 +61,9 @@ impl LeaderRoutes for ClusterTxnRoutes {
 
     fn inter_broker_client(&self) -> crate::security::InterBrokerClient {
         self.cluster.inter_broker_client().clone()
+    }
+
+    fn network(&self) -> Arc<dyn Network> {
+        self.network.clone()
     }
 }

@@ -1,7 +1,7 @@
 //! `__transaction_state` as the coordinator reads and writes it: loading (replaying) the partitions this broker
 //! leads, and appending one transactional id's record with acks=all.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,7 +25,7 @@ pub(super) fn reconcile(shared: &Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>
         if !parts.is_empty() {
             state.num_partitions = parts.len() as u32;
         }
-        let mut led = std::collections::HashSet::new();
+        let mut led = BTreeSet::new();
         for part in parts {
             let Ok(partition) = u32::try_from(part.index()) else {
                 continue;
@@ -110,8 +110,8 @@ async fn load(shared: Arc<Shared>, partition: u32, leader_epoch: i32, part: Arc<
 }
 
 /// Every transactional id of a partition, as its last record says (tombstones and Dead remove it). Blocking.
-fn replay(part: &Partition) -> anyhow::Result<HashMap<String, TxnMetadata>> {
-    let mut txns = HashMap::new();
+fn replay(part: &Partition) -> anyhow::Result<BTreeMap<String, TxnMetadata>> {
+    let mut txns = BTreeMap::new();
     store::replay(part, |key, value| {
         let Some(id) = records::parse_key(key) else {
             tracing::warn!(partition = %part.name(), "skipping a record whose key is not a TransactionLogKey");

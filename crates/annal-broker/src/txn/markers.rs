@@ -42,6 +42,12 @@ pub trait LeaderRoutes: Send + Sync {
     fn inter_broker_client(&self) -> crate::security::InterBrokerClient {
         crate::security::InterBrokerClient::default()
     }
+
+    /// The network those connections open through: the OS's TCP unless the broker runs on another
+    /// (`BrokerEnv::network`, the deterministic simulator's).
+    fn network(&self) -> Arc<dyn annal_client::net::Network> {
+        Arc::new(annal_client::net::TokioNetwork)
+    }
 }
 
 /// One transaction's outcome, to write into each of its partitions.
@@ -74,6 +80,7 @@ enum Round {
 impl MarkerChannel {
     pub fn new(routes: Arc<dyn LeaderRoutes>) -> MarkerChannel {
         let security = routes.inter_broker_client();
+        let network = routes.network();
         MarkerChannel {
             routes,
             peers: Peers::new(
@@ -81,6 +88,7 @@ impl MarkerChannel {
                 Duration::from_secs(30),
                 RESPONSE_MAX_BYTES,
                 security,
+                network,
             ),
             in_flight: Semaphore::new(COMPLETIONS_IN_FLIGHT_MAX),
         }

@@ -27,7 +27,7 @@ pub mod state;
 mod timer;
 mod verification;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -138,9 +138,12 @@ impl Owned {
     }
 }
 
+/// `BTreeMap`s, not `HashMap`s: the timer walks `txns` and starts one abort task per timed-out transaction, and a
+/// load resumes the markers of every prepared one, in the map's order, which must be the same in every run of the
+/// deterministic simulator (std's hash seed differs per process and per map).
 struct State {
-    owned: HashMap<u32, Owned>,
-    txns: HashMap<String, TxnMetadata>,
+    owned: BTreeMap<u32, Owned>,
+    txns: BTreeMap<String, TxnMetadata>,
     /// `__transaction_state`'s partition count: the topic's once it exists, else the configured one.
     num_partitions: u32,
     closed: bool,
@@ -233,16 +236,17 @@ impl TxnCoordinator {
             "transaction.state.log.num.partitions must be at least 1"
         );
         let verify_security = routes.inter_broker_client();
+        let verify_network = routes.network();
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
-                owned: HashMap::new(),
-                txns: HashMap::new(),
+                owned: BTreeMap::new(),
+                txns: BTreeMap::new(),
                 num_partitions: config.num_partitions,
                 closed: false,
             }),
             markers: markers::MarkerChannel::new(routes.clone()),
             routes,
-            verify_peers: verification::peers(verify_security),
+            verify_peers: verification::peers(verify_security, verify_network),
             config,
             replicas,
             creator,

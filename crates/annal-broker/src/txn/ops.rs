@@ -216,6 +216,7 @@ impl TxnCoordinator {
             let mut next = m.clone();
             if m.state != TxnState::Ongoing {
                 next.start_ms = now;
+                next.timeout_origin_monotonic_ms = crate::monotonic_ms();
                 next.partitions.clear();
                 next.client_version = client_version;
             }
@@ -481,6 +482,7 @@ fn end_tv2(
     if abort_empty {
         next.partitions.clear();
         next.start_ms = now;
+        next.timeout_origin_monotonic_ms = crate::monotonic_ms();
     }
     next.client_version = 2;
     next.state = if commit { PrepareCommit } else { PrepareAbort };

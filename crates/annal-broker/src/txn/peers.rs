@@ -2,11 +2,16 @@
 //! to partition leaders, KIP-890 verification to transaction coordinators. One connection per address, one request
 //! at a time on it; a closed connection is reopened by the next request. The map holds one entry per broker
 //! address the cluster has, so it is bounded by the cluster's size.
+//!
+//! Connections open through the broker's network (`BrokerEnv::network`, via [`super::LeaderRoutes::network`]):
+//! the OS's TCP in production, turmoil's in the deterministic simulator, so markers and verification run under
+//! its faults and schedule like every other inter-broker connection.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use annal_client::net::Network;
 use annal_client::{Connection, ConnectionOptions};
 use kafka_protocol::protocol::Request;
 use tokio::sync::Mutex;
@@ -17,7 +22,10 @@ pub(crate) struct Peers {
     max_response_bytes: usize,
     /// TLS and SASL of the inter-broker listener.
     security: crate::security::InterBrokerClient,
-    connections: Mutex<HashMap<String, Arc<Mutex<Option<Connection>>>>>,
+    network: Arc<dyn Network>,
+    /// A `BTreeMap`, not a `HashMap`: when the broker stops (a simulated crash), the connections close in the
+    /// map's drop order, which the simulator must see the same way in every run.
+    connections: Mutex<BTreeMap<String, Arc<Mutex<Option<Connection>>>>>,
 }
 
 impl Peers {
@@ -26,13 +34,15 @@ impl Peers {
         request_timeout: Duration,
         max_response_bytes: usize,
         security: crate::security::InterBrokerClient,
+        network: Arc<dyn Network>,
     ) -> Peers {
         Peers {
             client_id,
             request_timeout,
             max_response_bytes,
             security,
-            connections: Mutex::new(HashMap::new()),
+            network,
+            connections: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -55,6 +65,7 @@ impl Peers {
                 max_response_bytes: self.max_response_bytes,
                 client_id: self.client_id.to_string(),
                 version_caps: None,
+                network: self.network.clone(),
                 ..ConnectionOptions::default()
             };
             *conn = Some(Connection::connect_with(addr, self.security.apply(options)).await?);

@@ -127,6 +127,14 @@ pub struct TxnMetadata {
     pub state: TxnState,
     pub partitions: BTreeSet<(String, i32)>,
     pub start_ms: i64,
+    /// In memory only: when the current transaction's timeout started, on [`crate::monotonic_ms`]'s clock: at
+    /// its start, or when this coordinator loaded it. The timeout is measured from here, not from the wall-clock
+    /// `start_ms`: a stepped wall clock (NTP, an operator) would abort every open transaction at once (forward)
+    /// or leave a hanging one open for as long as the step (backward), and the deterministic simulator's wall
+    /// clock runs at the machine's speed, not the simulation's (a 10 s timeout there never expired). A
+    /// coordinator that takes a transaction over gives it its whole timeout again (Kafka would count from
+    /// `start_ms`): a transaction is aborted at most one timeout later than in Kafka, never earlier.
+    pub timeout_origin_monotonic_ms: i64,
     pub last_update_ms: i64,
     /// The state a write in flight moves to; while set, other requests get CONCURRENT_TRANSACTIONS.
     pub pending: Option<TxnState>,
@@ -152,6 +160,7 @@ impl TxnMetadata {
             state: TxnState::Empty,
             partitions: BTreeSet::new(),
             start_ms: -1,
+            timeout_origin_monotonic_ms: crate::monotonic_ms(),
             last_update_ms: now_ms,
             pending: None,
             client_version: 0,
@@ -171,6 +180,7 @@ impl TxnMetadata {
             state: v.state,
             partitions: v.partitions.clone(),
             start_ms: v.start_ms,
+            timeout_origin_monotonic_ms: crate::monotonic_ms(),
             last_update_ms: v.last_update_ms,
             pending: None,
             client_version: v.client_transaction_version,
@@ -198,6 +208,13 @@ impl TxnMetadata {
             start_ms: self.start_ms,
             client_transaction_version: self.client_version,
         }
+    }
+
+    /// Whether the open transaction has run past its `timeout_ms` at `now_monotonic_ms` ([`crate::monotonic_ms`]).
+    pub fn timed_out(&self, now_monotonic_ms: i64) -> bool {
+        self.timeout_origin_monotonic_ms
+            .saturating_add(i64::from(self.timeout_ms))
+            < now_monotonic_ms
     }
 
     /// Kafka's `isProducerEpochExhausted`: one bump is kept in reserve for fencing.

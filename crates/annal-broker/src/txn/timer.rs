@@ -43,6 +43,9 @@ pub(super) async fn run(shared: Weak<Shared>) {
 /// Starts the abort of every Ongoing transaction past its timeout.
 fn abort_timed_out(shared: &Arc<Shared>) {
     let now = crate::now_ms();
+    // The decision reads the monotonic clock (see `TxnMetadata::timeout_origin_monotonic_ms`); the wall clock
+    // only stamps the records.
+    let now_monotonic = crate::monotonic_ms();
     let mut due = Vec::new();
     {
         let mut state = shared.state.lock();
@@ -52,9 +55,8 @@ fn abort_timed_out(shared: &Arc<Shared>) {
             if due.len() >= PER_PASS_MAX {
                 break;
             }
-            let timed_out = m.state == TxnState::Ongoing
-                && m.pending.is_none()
-                && m.start_ms.saturating_add(i64::from(m.timeout_ms)) < now;
+            let timed_out =
+                m.state == TxnState::Ongoing && m.pending.is_none() && m.timed_out(now_monotonic);
             if !timed_out {
                 continue;
             }

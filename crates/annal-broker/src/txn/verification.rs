@@ -35,12 +35,16 @@ pub(crate) const VERIFY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest verification response accepted (a few bytes per partition).
 pub(crate) const VERIFY_RESPONSE_MAX_BYTES: usize = 4 * 1024 * 1024;
 
-pub(crate) fn peers(security: crate::security::InterBrokerClient) -> Peers {
+pub(crate) fn peers(
+    security: crate::security::InterBrokerClient,
+    network: std::sync::Arc<dyn annal_client::net::Network>,
+) -> Peers {
     Peers::new(
         "annal-txn-verifier",
         VERIFY_TIMEOUT,
         VERIFY_RESPONSE_MAX_BYTES,
         security,
+        network,
     )
 }
 
