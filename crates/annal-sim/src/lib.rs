@@ -20,6 +20,7 @@ pub mod history;
 pub mod net;
 mod panic_recorder;
 pub mod replication;
+pub mod transactions;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -511,7 +512,10 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
             let quiesced = shared.history.lock().replication.quiesced;
             if quiesced && crossed(100) {
                 let done = *done_at.get_or_insert(elapsed);
-                if replication::converged(&shared) && metadata_everywhere(&shared) {
+                if replication::converged(&shared)
+                    && metadata_everywhere(&shared)
+                    && transactions::final_read_done(&shared)
+                {
                     replication::check_final(&shared, now_ms_of(&sim));
                     break;
                 }

@@ -87,6 +87,8 @@ pub struct ReplicationHistory {
     pub quiesced: bool,
     /// The committer's acknowledged commits ([`crate::committer`]).
     pub commits: crate::committer::CommitHistory,
+    /// The transactional producer's transactions and what read_committed returned ([`crate::transactions`]).
+    pub txn: crate::transactions::TxnHistory,
 }
 
 /// Every partition the workload uses.
@@ -95,6 +97,7 @@ pub fn partitions() -> Vec<Tp> {
         .map(|p| (REPLICATED, p))
         .collect();
     out.push((PLAIN, 0));
+    out.extend(crate::transactions::partitions());
     out
 }
 
@@ -246,7 +249,11 @@ pub(crate) fn converged(shared: &Shared) -> bool {
             return false;
         };
         let end = leader.log_end_offset();
-        leader.high_watermark() == end && ps.iter().all(|p| p.log_end_offset() == end)
+        // No transaction left open: the last stable offset has reached the high watermark (the coordinator
+        // ended, or timed out, every transaction).
+        leader.high_watermark() == end
+            && leader.last_stable_offset() == end
+            && ps.iter().all(|p| p.log_end_offset() == end)
     })
 }
 
@@ -261,10 +268,11 @@ pub(crate) fn describe_partitions(shared: &Shared) -> String {
             .filter_map(|(n, b)| {
                 let p = partition_of(b, tp)?;
                 Some(format!(
-                    "n{n}: leader {} epoch {} isr {:?} hw {} end {}",
+                    "n{n}: leader {} epoch {} isr {:?} lso {} hw {} end {}",
                     p.leader(),
                     p.leader_epoch(),
                     p.isr(),
+                    p.last_stable_offset(),
                     p.high_watermark(),
                     p.log_end_offset()
                 ))
@@ -439,6 +447,11 @@ pub(crate) async fn node(shared: Arc<Shared>, n: i32) -> turmoil::Result {
         // Followers that stop fetching leave the ISR within the fault phase's time scale.
         "replica.lag.time.max.ms=3000".into(),
         "log.cleaner.threads=0".into(),
+        // One `__transaction_state` partition (Kafka's 50 would multiply the work, as for the offsets topic), and
+        // timed-out transactions looked for every second rather than every 10 s, so the transactional workload's
+        // transaction left open at the end is aborted well within convergence.
+        "transaction.state.log.num.partitions=1".into(),
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms=1000".into(),
     ]
     .into();
     let mut config = annal_broker::BrokerConfig::load(
@@ -622,7 +635,7 @@ impl Kafka {
     }
 
     /// The leader and leader epoch of `tp` as broker `ask` sees it.
-    async fn leader(&mut self, ask: i32, tp: Tp) -> Option<(i32, i32)> {
+    pub(crate) async fn leader(&mut self, ask: i32, tp: Tp) -> Option<(i32, i32)> {
         let request = MetadataRequest::default()
             .with_topics(Some(vec![MetadataRequestTopic::default()
                 .with_name(Some(TopicName(StrBytes::from_static_str(tp.0))))]));
@@ -705,7 +718,11 @@ pub(crate) async fn workload(shared: Arc<Shared>) -> turmoil::Result {
     let mut rng = StdRng::seed_from_u64(shared.seed ^ 0x0c11_e475);
     let mut kafka = Kafka::new();
     // Topics, through any broker (the broker forwards CreateTopics to the active controller).
-    let mut missing = vec![(REPLICATED, REPLICATED_PARTITIONS), (PLAIN, 1)];
+    let mut missing = vec![
+        (REPLICATED, REPLICATED_PARTITIONS),
+        (PLAIN, 1),
+        (crate::transactions::TOPIC, crate::transactions::PARTITIONS),
+    ];
     let mut ask = 1;
     while !missing.is_empty() {
         let (name, partitions) = missing[0];
@@ -743,19 +760,51 @@ pub(crate) async fn workload(shared: Arc<Shared>) -> turmoil::Result {
     let creator = tokio::spawn(topic_creator(shared.clone(), rng.gen()));
     let reader = tokio::spawn(reader(shared.clone()));
     let committer = tokio::spawn(crate::committer::committer(shared.clone(), rng.gen()));
+    let transactional = tokio::spawn(crate::transactions::producer(shared.clone(), rng.gen()));
+    let committed_reader = tokio::spawn(crate::transactions::reader(shared.clone()));
     let _ = idempotent.await;
     let _ = plain.await;
     let _ = fire.await;
     let _ = creator.await;
     let _ = committer.await;
+    let _ = transactional.await;
     {
         let mut history = shared.history.lock();
         history.replication.quiesced = true;
         history.event(now_ms(), "writes done".into());
     }
-    // The reader goes on until the driver ends the run.
+    // The readers go on until the driver ends the run (the read_committed one after its final pass).
+    let _ = committed_reader.await;
     let _ = reader.await;
     Ok(())
+}
+
+/// Records a value read below the high watermark at (`tp`, `offset`) from `leader`: the run fails if that
+/// offset was read before with another value.
+pub(crate) fn note_read(
+    history: &mut crate::history::History,
+    at: u64,
+    tp: Tp,
+    offset: i64,
+    value: &Bytes,
+    leader: i32,
+) {
+    match history.replication.read.get(&(tp, offset)) {
+        Some(seen) if seen != value => {
+            let why = format!(
+                "{}-{} offset {offset} read as {:?}, later as {:?} (from n{leader})",
+                tp.0,
+                tp.1,
+                String::from_utf8_lossy(seen),
+                String::from_utf8_lossy(value)
+            );
+            history.violate(at, why);
+        }
+        Some(_) => {}
+        None => {
+            history.replication.read.insert((tp, offset), value.clone());
+        }
+    }
 }
 
 /// Writes until a few seconds after healing.
@@ -1102,23 +1151,7 @@ async fn reader(shared: Arc<Shared>) {
                         continue;
                     }
                     let value = r.value.unwrap_or_default();
-                    match history.replication.read.get(&(tp, r.offset)) {
-                        Some(seen) if *seen != value => {
-                            let why = format!(
-                            "{}-{} offset {} read as {:?}, later as {:?} (from n{leader}, epoch {epoch})",
-                            tp.0,
-                            tp.1,
-                            r.offset,
-                            String::from_utf8_lossy(seen),
-                            String::from_utf8_lossy(&value)
-                        );
-                            history.violate(at, why);
-                        }
-                        Some(_) => {}
-                        None => {
-                            history.replication.read.insert((tp, r.offset), value);
-                        }
-                    }
+                    note_read(&mut history, at, tp, r.offset, &value, leader);
                 }
             }
             if let Some(n) = decoded.next_offset {
