@@ -469,7 +469,23 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
         if !shared.history.lock().violations.is_empty() {
             break;
         }
-        let step = sim.step();
+        // turmoil itself may panic (a listener's queue of connections not yet accepted is full: a host that
+        // binds its port long before it accepts). The run then fails with the panic's message and its trace, as
+        // a panic in a host does, instead of taking a whole sweep down with it.
+        let step = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sim.step())) {
+            Ok(step) => step,
+            Err(_) => {
+                let at = now_ms_of(&sim);
+                let mut history = shared.history.lock();
+                for p in panic_recorder::take() {
+                    history.panicked(at, format!("in the simulator: {p}"));
+                }
+                if history.violations.is_empty() {
+                    history.panicked(at, "in the simulator".into());
+                }
+                break;
+            }
+        };
         if options.brokers {
             for n in crash_halted(&mut sim, &shared) {
                 // The files whose fsync failed may have lost their dirty pages: they do, while the run's budget
