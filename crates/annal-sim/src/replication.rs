@@ -463,8 +463,10 @@ pub(crate) async fn node(shared: Arc<Shared>, n: i32) -> turmoil::Result {
     .map_err(|e| format!("n{n}'s configuration: {e:#}"))?;
     config.cluster_id = Some(CLUSTER_ID.into());
     config.advertised = Some((h.clone(), BROKER_PORT));
-    let listener = network.bind(format!("{h}:{BROKER_PORT}")).await?;
-    let started = annal_broker::start_in(config, BrokerListener::Seam(listener), env)
+    // Bound with a kernel-like backlog: clients connect while the broker is still starting (see
+    // `BacklogListener`).
+    let listener = crate::net::BacklogListener::bind(BROKER_PORT, crate::net::BACKLOG).await?;
+    let started = annal_broker::start_in(config, BrokerListener::Seam(Box::new(listener)), env)
         .await
         .map_err(|e| format!("n{n} did not start: {e:#}"))?;
     let broker = started.broker().clone();
