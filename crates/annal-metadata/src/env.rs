@@ -124,6 +124,9 @@ pub mod testing {
         /// controller) toward the high watermark and acks=all: a shrunk ISR lets it acknowledge what a member
         /// the controller still has in the ISR (and may elect) lacks.
         AckBeforeIsrCommitted,
+        /// A read_committed Fetch reads up to the high watermark instead of the last stable offset (it still
+        /// reports the true last stable offset): records of transactions not yet ended reach the consumer.
+        ReadCommittedAboveStable,
     }
 
     /// What this thread's simulated nodes do differently.

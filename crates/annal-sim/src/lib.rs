@@ -209,6 +209,9 @@ impl Report {
             Planted::Replication(PlantedBug::AckBeforeIsrCommitted) => {
                 " --plant-ack-before-isr-commit"
             }
+            Planted::Replication(PlantedBug::ReadCommittedAboveStable) => {
+                " --plant-read-committed-above-stable"
+            }
             Planted::Replication(PlantedBug::Nothing) => "",
         };
         let (env_brokers, flag_brokers) = if self.options.brokers {

@@ -8,7 +8,8 @@
 //! `--tick-ms MS` (or `SIM_TICK_MS`) sets the simulation's step (default 2 ms);
 //! `--brokers` (or `SIM_BROKERS=1`) runs the real brokers (three combined nodes) with producers and a reader,
 //! where `--plant-hw-before-isr`, `--plant-truncate-to-hw`, `--plant-elect-outside-isr` and
-//! `--plant-ack-before-isr-commit` plant a replication bug in the real code.
+//! `--plant-ack-before-isr-commit` plant a replication bug in the real code, and
+//! `--plant-read-committed-above-stable` a transaction bug (read_committed reads up to the high watermark).
 //! `--power-losses N` (default 1) lets up to N of a run's crashes be power losses, where the crashed node also
 //! loses what it did not fsync to its segment files; 0 makes every crash a process crash.
 //! `--disk-fulls N` (default 1; `SIM_DISK_FULLS`) gives a `--brokers` run up to N windows in which one node's
@@ -73,8 +74,11 @@ fn main() -> ExitCode {
             "--plant-ack-before-isr-commit" => {
                 options.planted = Planted::Replication(PlantedBug::AckBeforeIsrCommitted)
             }
+            "--plant-read-committed-above-stable" => {
+                options.planted = Planted::Replication(PlantedBug::ReadCommittedAboveStable)
+            }
             other => {
-                eprintln!("unknown argument {other}; usage: annal-sim [--seeds N] [--from S] [--seed S] [--jobs J] [--seconds T] [--power-losses N] [--disk-fulls N] [--disk-full-metadata] [--fsync-faults N] [--tick-ms MS] [--trace] [--twice] [--strict-terms] [--brokers] [--plant-forget-vote|--plant-wipe-disk|--plant-hw-before-isr|--plant-truncate-to-hw|--plant-elect-outside-isr|--plant-ack-before-isr-commit]");
+                eprintln!("unknown argument {other}; usage: annal-sim [--seeds N] [--from S] [--seed S] [--jobs J] [--seconds T] [--power-losses N] [--disk-fulls N] [--disk-full-metadata] [--fsync-faults N] [--tick-ms MS] [--trace] [--twice] [--strict-terms] [--brokers] [--plant-forget-vote|--plant-wipe-disk|--plant-hw-before-isr|--plant-truncate-to-hw|--plant-elect-outside-isr|--plant-ack-before-isr-commit|--plant-read-committed-above-stable]");
                 return ExitCode::from(2);
             }
         }

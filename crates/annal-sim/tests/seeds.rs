@@ -389,7 +389,8 @@ fn a_voter_that_loses_its_disk_is_caught() {
 /// seed 0 (the same check, after the first leader change); a leader elected outside the ISR at seed 1 (a value
 /// read below the high watermark later reads differently), seed 0 passing; an acknowledgement counted on an ISR
 /// shrink the controller has not committed yet at seed 0 (6 of seeds 0-7: an acks=all write acknowledged while
-/// a live member of the committed ISR lacks it).
+/// a live member of the committed ISR lacks it). A read_committed Fetch served up to the high watermark rather
+/// than the last stable offset: see [`planted_transaction_bug_is_caught`].
 #[test]
 fn planted_replication_bugs_are_caught() {
     let budget = env_u64("SIM_TEETH_SEEDS").unwrap_or(10);
@@ -418,5 +419,35 @@ fn planted_replication_bugs_are_caught() {
             ),
             None => panic!("planted {bug:?} went unnoticed for {budget} seeds"),
         }
+    }
+}
+
+/// The transaction checks have teeth: a read_committed Fetch that reads up to the high watermark instead of the
+/// last stable offset (`PlantedBug::ReadCommittedAboveStable`) is caught within `SIM_TEETH_SEEDS` seeds (default
+/// 10) of 30 simulated seconds by the read_committed reader of `transactions.rs` (a record served at or above
+/// the last stable offset; records of a transaction later aborted).
+#[test]
+fn planted_transaction_bug_is_caught() {
+    let budget = env_u64("SIM_TEETH_SEEDS").unwrap_or(10);
+    let options = Options {
+        fault_phase: Duration::from_secs(30),
+        planted: Planted::Replication(PlantedBug::ReadCommittedAboveStable),
+        brokers: true,
+        ..Options::default()
+    };
+    let caught = (0..budget).find_map(|seed| {
+        let report = run_seed(seed, &options);
+        (!report.passed()).then_some(report)
+    });
+    match caught {
+        Some(report) => println!(
+            "planted ReadCommittedAboveStable caught at seed {}: {}\n  replay: {}",
+            report.seed,
+            report.violations.join("; "),
+            report.replay_commands()
+        ),
+        None => panic!(
+            "a read_committed read above the last stable offset went unnoticed for {budget} seeds"
+        ),
     }
 }

@@ -818,7 +818,11 @@ impl Partition {
         let mut log = self.log.lock();
         log.on_high_watermark(hw);
         let lso = log.last_stable_offset(hw);
-        let upper = if read_committed { lso } else { hw };
+        let upper = if read_committed && !planted(PlantedBug::ReadCommittedAboveStable) {
+            lso
+        } else {
+            hw
+        };
         let read = log
             .read(offset, max_bytes.max(1), Some(upper))
             .map_err(|source| PartitionError::Log {
