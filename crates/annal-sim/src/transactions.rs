@@ -62,6 +62,10 @@ const REQUEST_BOUND: Duration = Duration::from_secs(6);
 /// A transaction that has not been ended this long after it began is given up: the producer starts over
 /// (below the transaction timeout, so the producer usually ends it before the coordinator has to).
 const TRANSACTION_BOUND: Duration = Duration::from_secs(8);
+/// The timeout of the transaction the producer abandons at the end (short: convergence waits for its abort).
+const ABANDONED_TIMEOUT_MS: i32 = 2_000;
+/// How long the producer tries to begin that transaction before it gives up on it.
+const ABANDON_BOUND: Duration = Duration::from_secs(10);
 /// After convergence, the final read_committed pass is tried this many times (100 ms apart) before the run fails.
 const FINAL_READ_ATTEMPTS: u32 = 200;
 
@@ -212,12 +216,16 @@ async fn find_coordinator(kafka: &mut Kafka, ask: i32) -> Result<i32, i16> {
     }
 }
 
-async fn init_producer_id(kafka: &mut Kafka, coordinator: i32) -> Result<(i64, i16), i16> {
+async fn init_producer_id(
+    kafka: &mut Kafka,
+    coordinator: i32,
+    timeout_ms: i32,
+) -> Result<(i64, i16), i16> {
     let request = InitProducerIdRequest::default()
         .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str(
             TRANSACTIONAL_ID,
         ))))
-        .with_transaction_timeout_ms(TRANSACTION_TIMEOUT_MS)
+        .with_transaction_timeout_ms(timeout_ms)
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
     let response = kafka
@@ -468,7 +476,7 @@ pub(crate) async fn producer(shared: Arc<Shared>, seed: u64) {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             };
-            match init_producer_id(&mut p.kafka, c).await {
+            match init_producer_id(&mut p.kafka, c, TRANSACTION_TIMEOUT_MS).await {
                 Ok(next) => {
                     let mut history = shared.history.lock();
                     history.event(
@@ -592,6 +600,63 @@ pub(crate) async fn producer(shared: Arc<Shared>, seed: u64) {
             }
         }
     }
+    abandon(&shared, &mut p, n + 1).await;
+}
+
+/// Dies in the middle of a transaction, as a crashed producer does: a fresh InitProducerId with a short
+/// timeout, transaction `n`'s records written to both partitions (values that say commit), and no EndTxn. Only
+/// the coordinator's timeout can end it, by an abort: the run converges only once it has (the last stable
+/// offsets reach the high watermarks) and its records must never be returned by read_committed (no commit was
+/// asked for). Every run exercises the coordinator's timeout this way. Bounded by [`ABANDON_BOUND`]; the run
+/// goes on without it if the cluster does not let it begin in that time.
+async fn abandon(shared: &Shared, p: &mut Producer, n: u64) {
+    let deadline = tokio::time::Instant::now() + ABANDON_BOUND;
+    let producer = loop {
+        if tokio::time::Instant::now() >= deadline {
+            event(shared, "no transaction to abandon: no producer id".into());
+            return;
+        }
+        let Some(c) = p.coordinator(shared).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        match init_producer_id(&mut p.kafka, c, ABANDONED_TIMEOUT_MS).await {
+            Ok(next) => break next,
+            Err(code) => {
+                event(shared, format!("init transactional id at n{c}: {code}"));
+                if coordinator_moved(code) {
+                    p.coordinator = None;
+                    p.rotate();
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    shared.history.lock().replication.txn.transactions.insert(
+        n,
+        Transaction {
+            commit_intent: true,
+            commit_sent: false,
+            produced: BTreeSet::new(),
+            outcome: Outcome::Open,
+        },
+    );
+    for partition in 0..PARTITIONS {
+        let value = value_of(n, partition, true);
+        if p.write(shared, n, partition, &value, producer, deadline)
+            .await
+            .is_err()
+        {
+            break;
+        }
+    }
+    event(
+        shared,
+        format!(
+            "txn {n} abandoned (epoch {}): its timeout must abort it",
+            producer.1
+        ),
+    );
 }
 
 /// What one read_committed fetch of a partition returned.
