@@ -1117,12 +1117,13 @@ impl Partition {
             source,
         };
         if !batches.is_empty() {
-            log.append_as_follower(batches, now_ms).map_err(storage)?;
-            if state.config.durable {
-                // A durable follower reports (as its next fetch offset) only what is on disk.
-                log.flush().map_err(storage)?;
-            }
-            let mut epochs_changed = false;
+            // The batches' new epochs are recorded before the batches are written, as Kafka's follower assigns
+            // them before its append: a record on disk whose epoch the cache lacks makes this replica, once it
+            // leads, answer a follower's divergence check with an epoch end that the follower's truncation
+            // never satisfies (it truncates, fetches the same batches again, and diverges again, for good:
+            // annal-sim seed 268, a follower's append written but its fsync failed). An entry whose batch then
+            // did not make it into the log is taken out again below.
+            let before = state.epochs.clone();
             for h in batch_headers(batches) {
                 if state
                     .epochs
@@ -1133,11 +1134,32 @@ impl Partition {
                     if state.epochs.len() > LEADER_EPOCHS_MAX {
                         state.epochs.remove(0);
                     }
-                    epochs_changed = true;
                 }
             }
-            if epochs_changed {
+            if state.epochs != before {
                 self.persist_epochs(&state.epochs);
+            }
+            let appended = log.append_as_follower(batches, now_ms).and_then(|_| {
+                if state.config.durable {
+                    // A durable follower reports (as its next fetch offset) only what is on disk.
+                    log.flush()
+                } else {
+                    Ok(())
+                }
+            });
+            if let Err(e) = appended {
+                let end = log.log_end_offset();
+                let kept: Vec<(i32, i64)> = state
+                    .epochs
+                    .iter()
+                    .filter(|entry| before.contains(entry) || entry.1 < end)
+                    .copied()
+                    .collect();
+                if kept != state.epochs {
+                    state.epochs = kept;
+                    self.persist_epochs(&state.epochs);
+                }
+                return Err(storage(e));
             }
         }
         if leader_log_start > log.log_start_offset() && leader_log_start <= log.log_end_offset() {
