@@ -149,6 +149,17 @@ async fn bad_sequences_get_kafkas_errors() {
     let add = add_partitions(&mut c, "tx-bad", pid, epoch, &[("txn-b", 0)], 4).await;
     assert_eq!(add, vec![NONE]);
     assert_eq!(end_txn(&mut c, "tx-bad", pid, epoch, true, 4).await, NONE);
+    // While the markers and the CompleteCommit record are still being written, Kafka answers an abort with
+    // CONCURRENT_TRANSACTIONS (a transition is pending); once the commit is complete, with INVALID_TXN_STATE.
+    // Wait for the second, so the answer does not depend on how fast the machine is.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while describe(&mut c, "tx-bad").await.transaction_state.as_str() != "CompleteCommit" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the commit did not complete within 20 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let abort = end_txn(&mut c, "tx-bad", pid, epoch, false, 4).await;
     assert_eq!(abort, INVALID_TXN_STATE, "abort after commit");
     let again = end_txn(&mut c, "tx-bad", pid, epoch, true, 4).await;
