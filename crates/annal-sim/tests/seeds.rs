@@ -311,6 +311,32 @@ fn a_follower_records_a_batch_epoch_before_the_batch() {
     }
 }
 
+/// Regression, broker seed 467 of 60 s: a new transaction coordinator loaded a PrepareCommit that only it had
+/// (above its partition's high watermark), sent COMMIT (one partition's leader wrote it), and lost the leadership
+/// to a replica without that record, for which the transaction was still open and which aborted it: the
+/// transaction read as committed on one partition only. A loaded Prepare's markers now wait until everything
+/// loaded is committed. Fails without that fix.
+#[test]
+fn a_loaded_transaction_decision_is_acted_on_only_once_committed() {
+    if std::env::var("SIM_SEED").is_ok() {
+        return;
+    }
+    let options = Options {
+        fault_phase: Duration::from_secs(60),
+        keep_trace: true,
+        brokers: true,
+        power_losses: 1,
+        disk_fulls: 1,
+        fsync_faults: 1,
+        ..Options::default()
+    };
+    let report = run_seed(467, &options);
+    println!("{}", describe(&report));
+    if !report.passed() {
+        fail(&report);
+    }
+}
+
 /// Seed 8 of 30 s with one full-disk window (n3's), once; fails the test on any violation.
 fn full_disk_run(metadata: bool) -> Report {
     let options = Options {

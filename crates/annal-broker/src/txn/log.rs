@@ -70,6 +70,8 @@ pub(super) fn reconcile(shared: &Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>
 /// Replays `part` into transactional ids and installs them unless leadership moved meanwhile; then resumes the
 /// markers of every transaction found prepared (the previous coordinator may have died before writing them).
 async fn load(shared: Arc<Shared>, partition: u32, leader_epoch: i32, part: Arc<Partition>) {
+    // Nothing is appended while the partition loads, so the replay reads exactly up to here.
+    let loaded_end = part.log_end_offset();
     let replayed = crate::blocking({
         let part = part.clone();
         move || replay(&part)
@@ -104,10 +106,33 @@ async fn load(shared: Arc<Shared>, partition: u32, leader_epoch: i32, part: Arc<
         tracing::info!(partition = %part.name(), transactional_ids = count, "transaction coordinator loaded");
         prepared
     };
-    for m in prepared {
-        super::ops::complete_in_background(&shared, partition, leader_epoch, m);
+    if prepared.is_empty() {
+        return;
     }
+    // A Prepare record above the high watermark is on this new leader only: should the leadership move before a
+    // follower has it, the next leader never saw the decision and may decide the other way (annal-sim seed 467:
+    // COMMIT written to one partition, then the transaction aborted by the next coordinator's timeout). Markers
+    // are a decision other partitions act on, so they go out only once everything loaded is committed, as they
+    // do after this coordinator's own Prepare writes.
+    tokio::spawn(async move {
+        loop {
+            if part.high_watermark() >= loaded_end {
+                break;
+            }
+            if !shared.state.lock().still_active(partition, leader_epoch) {
+                return;
+            }
+            tokio::time::sleep(LOADED_COMMIT_POLL).await;
+        }
+        for m in prepared {
+            super::ops::complete_in_background(&shared, partition, leader_epoch, m);
+        }
+    });
 }
+
+/// How often a freshly loaded coordinator looks whether what it loaded is committed yet (only while a loaded
+/// transaction is prepared, and only until it is or the leadership moves).
+const LOADED_COMMIT_POLL: Duration = Duration::from_millis(20);
 
 /// Every transactional id of a partition, as its last record says (tombstones and Dead remove it). Blocking.
 fn replay(part: &Partition) -> anyhow::Result<BTreeMap<String, TxnMetadata>> {
