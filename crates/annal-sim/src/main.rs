@@ -17,6 +17,8 @@
 //! metadata quorum's log too: the node's broker halts and is restarted once the disk has room.
 //! `--fsync-faults N` (default 1; `SIM_FSYNC_FAULTS`) gives a `--brokers` run up to N windows in which one node's
 //! fsyncs fail (its broker halts, and is restarted once the window ends) or are slow; 0 turns them off.
+//! `--tcp-timeouts` (`SIM_TCP_TIMEOUTS=1`) makes a connection attempt over a cut link time out, as real TCP's does,
+//! instead of turmoil's immediate refusal.
 //! `--jobs J` runs the seeds in J processes of this binary (seed `from + k + i*J` in the k-th), for the cores a
 //! long run has: a simulation is single-threaded and one runs at a time per process (tokio's task ids are
 //! process-wide and drive a crashed host's drop order), so processes, not threads, are the unit of parallelism.
@@ -62,6 +64,7 @@ fn main() -> ExitCode {
             "--disk-fulls" => options.disk_fulls = value("--disk-fulls") as u32,
             "--disk-full-metadata" => options.disk_full_metadata = true,
             "--fsync-faults" => options.fsync_faults = value("--fsync-faults") as u32,
+            "--tcp-timeouts" => options.tcp_timeouts = true,
             "--plant-hw-before-isr" => {
                 options.planted = Planted::Replication(PlantedBug::HighWatermarkBeforeIsr)
             }
@@ -78,7 +81,7 @@ fn main() -> ExitCode {
                 options.planted = Planted::Replication(PlantedBug::ReadCommittedAboveStable)
             }
             other => {
-                eprintln!("unknown argument {other}; usage: annal-sim [--seeds N] [--from S] [--seed S] [--jobs J] [--seconds T] [--power-losses N] [--disk-fulls N] [--disk-full-metadata] [--fsync-faults N] [--tick-ms MS] [--trace] [--twice] [--strict-terms] [--brokers] [--plant-forget-vote|--plant-wipe-disk|--plant-hw-before-isr|--plant-truncate-to-hw|--plant-elect-outside-isr|--plant-ack-before-isr-commit|--plant-read-committed-above-stable]");
+                eprintln!("unknown argument {other}; usage: annal-sim [--seeds N] [--from S] [--seed S] [--jobs J] [--seconds T] [--power-losses N] [--disk-fulls N] [--disk-full-metadata] [--fsync-faults N] [--tcp-timeouts] [--tick-ms MS] [--trace] [--twice] [--strict-terms] [--brokers] [--plant-forget-vote|--plant-wipe-disk|--plant-hw-before-isr|--plant-truncate-to-hw|--plant-elect-outside-isr|--plant-ack-before-isr-commit|--plant-read-committed-above-stable]");
                 return ExitCode::from(2);
             }
         }

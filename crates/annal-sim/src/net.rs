@@ -1,19 +1,100 @@
 //! annal-metadata's network seams (`annal_metadata::env`) over turmoil's simulated TCP.
+//!
+//! One difference from turmoil is made here: turmoil answers a connection attempt whose SYN a partition (or a
+//! lossy link) drops with an immediate "connection refused", where real TCP retransmits the SYN and, while the
+//! link stays cut, times out. A refusal proves the peer's process is gone (decision 0010's crash probes fence a
+//! broker on it), so a cut link must not produce one: [`SimNetwork::connect`] waits and tries again, as TCP
+//! retransmits, for as long as the driver says the link drops (`cut`, `mend`), and the caller's connect timeout
+//! decides. A refusal over a healthy link (nothing listens there) is returned as it is. Opt-in for now
+//! (`--tcp-timeouts`, [`set_tcp_timeouts`]): with it the crash probes no longer fence cut-off brokers early, and
+//! the sweeps find failures not yet understood (docs/decisions/0011-simulation.md).
 
+use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use annal_metadata::env::{BoxConnection, BoxFuture, Listener, Network};
+use parking_lot::Mutex;
 
-/// Connections through turmoil: delivered, delayed, held or dropped as the simulated topology says.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct SimNetwork;
+/// Directed host pairs whose link drops everything (or loses messages at random), each with how many active
+/// faults cut it. The simulation runs one seed at a time per process, on one thread; `reset` starts each run.
+static CUT: Mutex<BTreeMap<(String, String), u32>> = Mutex::new(BTreeMap::new());
+/// Whether refusals over cut links become timeouts ([`set_tcp_timeouts`]).
+static TCP_TIMEOUTS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Turns refusals over cut links into timeouts, as real TCP's, for the runs that follow (`--tcp-timeouts`).
+pub fn set_tcp_timeouts(on: bool) {
+    TCP_TIMEOUTS.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Linux's first SYN retransmission comes after one second.
+const SYN_RETRANSMIT: Duration = Duration::from_secs(1);
+
+/// Forgets every cut link (before a run).
+pub fn reset() {
+    CUT.lock().clear();
+}
+
+/// Nothing from host `from` reaches host `to` (until as many `mend`s).
+pub fn cut(from: &str, to: &str) {
+    *CUT.lock()
+        .entry((from.to_string(), to.to_string()))
+        .or_insert(0) += 1;
+}
+
+/// Undoes one `cut(from, to)`.
+pub fn mend(from: &str, to: &str) {
+    let mut cut = CUT.lock();
+    let key = (from.to_string(), to.to_string());
+    if let Some(n) = cut.get_mut(&key) {
+        *n -= 1;
+        if *n == 0 {
+            cut.remove(&key);
+        }
+    }
+}
+
+/// Whether a TCP handshake between `a` and `b` can be lost: a SYN or its answer dropped.
+fn drops(a: &str, b: &str) -> bool {
+    if !TCP_TIMEOUTS.load(std::sync::atomic::Ordering::Relaxed) {
+        return false;
+    }
+    let cut = CUT.lock();
+    cut.contains_key(&(a.to_string(), b.to_string()))
+        || cut.contains_key(&(b.to_string(), a.to_string()))
+}
+
+/// Connections through turmoil from host `me`: delivered, delayed, held or dropped as the simulated topology says.
+#[derive(Debug, Clone)]
+pub struct SimNetwork {
+    me: String,
+}
+
+impl SimNetwork {
+    /// The network as host `me` (a turmoil host name) sees it.
+    pub fn from_host(me: impl Into<String>) -> SimNetwork {
+        SimNetwork { me: me.into() }
+    }
+}
 
 impl Network for SimNetwork {
     fn connect(&self, addr: String) -> BoxFuture<'static, io::Result<BoxConnection>> {
+        let me = self.me.clone();
         Box::pin(async move {
-            let stream = turmoil::net::TcpStream::connect(addr.as_str()).await?;
-            Ok(Box::new(stream) as BoxConnection)
+            let peer = addr
+                .rsplit_once(':')
+                .map_or(addr.as_str(), |(h, _)| h)
+                .to_string();
+            loop {
+                match turmoil::net::TcpStream::connect(addr.as_str()).await {
+                    Ok(stream) => return Ok(Box::new(stream) as BoxConnection),
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused && drops(&me, &peer) => {
+                        tokio::time::sleep(SYN_RETRANSMIT).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
         })
     }
 
@@ -94,5 +175,29 @@ impl Listener for BacklogListener {
                 .ok_or_else(|| io::Error::other("the listening socket is closed"))?;
             Ok((Box::new(stream) as BoxConnection, peer))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_stays_cut_until_every_fault_on_it_ends() {
+        reset();
+        set_tcp_timeouts(true);
+        cut("c1", "c2");
+        cut("c1", "c2");
+        assert!(drops("c2", "c1"), "a handshake needs both directions");
+        mend("c1", "c2");
+        assert!(drops("c1", "c2"));
+        mend("c1", "c2");
+        assert!(!drops("c1", "c2"));
+        mend("c1", "c2");
+        assert!(!drops("c1", "c2"));
+        cut("c1", "c2");
+        set_tcp_timeouts(false);
+        assert!(!drops("c1", "c2"), "off: turmoil's refusals pass through");
+        reset();
     }
 }

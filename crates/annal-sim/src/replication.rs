@@ -408,7 +408,7 @@ pub(crate) async fn node(shared: Arc<Shared>, n: i32) -> turmoil::Result {
             history.lock().node_applied(now_ms(), n, index, records)
         })
     };
-    let network: Arc<dyn Network> = Arc::new(SimNetwork);
+    let network: Arc<dyn Network> = Arc::new(SimNetwork::from_host(host(n)));
     let env = BrokerEnv {
         network: Some(network.clone()),
         node: NodeEnv {
@@ -563,7 +563,7 @@ impl Kafka {
                 max_response_bytes: 8 << 20,
                 client_id: "annal-sim".into(),
                 version_caps: None,
-                network: Arc::new(SimNetwork),
+                network: Arc::new(SimNetwork::from_host("client")),
                 sasl: None,
                 tls: None,
             };
