@@ -479,8 +479,7 @@ impl Started {
         // says why, as Kafka halts on a metadata log error, so that its supervisor restarts it once the disk
         // is fixed. Left running, it would serve stale leaderships and fence nobody, indefinitely.
         // A failed fsync under the data directory stops the broker too, at once, as Kafka halts when its only
-        // log directory fails (`storage_failure`). One task watches both (a task more changes how a simulated
-        // host's tasks are scheduled, and `--twice` found that an idle one made runs differ).
+        // log directory fails (`storage_failure`). One task watches both.
         let quorum_failure: Arc<parking_lot::Mutex<Option<String>>> = Arc::default();
         let quorum_watch = tokio::spawn({
             let (node, storage, stop_tx, failure) = (

@@ -497,8 +497,7 @@ pub(crate) async fn node(shared: Arc<Shared>, n: i32) -> turmoil::Result {
     });
     // A broker whose metadata quorum fails (its disk is full) halts, as Kafka's does: the driver crashes the
     // host as soon as this reports it (a halt runs no shutdown), and starts it again once the disk has room.
-    // So does a broker whose data's fsync failed (its disk fails fsyncs): `annal_broker::storage_failure`. One
-    // task for both: an idle task more changes the host's scheduling (decision 0011).
+    // So does a broker whose data's fsync failed (its disk fails fsyncs): `annal_broker::storage_failure`.
     tokio::spawn({
         let (shared, node) = (shared.clone(), broker.cluster().node().clone());
         let storage = broker.storage_failure().clone();
