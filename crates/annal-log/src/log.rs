@@ -839,7 +839,7 @@ impl Log {
 
     /// Takes the outcome of the roll fsync in flight if it is over (or, with `wait`, once it is): on success the
     /// recovery point advances to the rolled segment's end, unless a truncation happened since it started.
-    /// Returns whether the recovery point moved. Also fails if an earlier background fsync failed.
+    /// Returns whether the recovery point moved. Also fails if an earlier fsync of this log failed (`Log::fsync_failed`).
     fn finish_roll_flush(&mut self, wait: bool) -> crate::Result<bool> {
         if let Some((path, kind, message)) = &self.background_failure {
             return Err(background_failure_error(path, *kind, message));
@@ -1636,7 +1636,7 @@ fn scan_listing(dir: &Path, listing: &DirListing) -> (Vec<i64>, Vec<i64>) {
 
 fn background_failure_error(path: &Path, kind: std::io::ErrorKind, message: &str) -> LogError {
     LogError::io(
-        "an earlier background fsync failed, so durability can no longer be promised (fix the disk, then reopen the log so recovery revalidates it); the fsync was of",
+        "an earlier fsync (or segment swap) of this log failed, so durability can no longer be promised (fix the disk, then reopen the log so recovery revalidates it); it was of",
         path,
         std::io::Error::new(kind, message.to_string()),
     )
