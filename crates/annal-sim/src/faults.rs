@@ -169,30 +169,37 @@ pub fn add_disk_fulls(
     for _ in 0..count {
         let n = rng.gen_range(1..=voters);
         let length = Duration::from_millis(rng.gen_range(1_000..6_000));
-        let latest = until.saturating_sub(length);
-        if latest <= first {
-            continue;
-        }
-        let start =
-            first + Duration::from_millis(rng.gen_range(0..(latest - first).as_millis() as u64));
-        let end = start + length;
-        // Within a second of another window of the same node counts too: a node restarted at one window's end
-        // would start on a full disk.
-        let margin = Duration::from_secs(1);
-        let clashes = schedule.iter().any(|s| {
-            matches!(s.fault, Fault::Crash(c) | Fault::DiskFull(c) if c == n)
-                && s.start <= end + margin
-                && start <= s.end + margin
-        });
-        if !clashes {
-            schedule.push(Scheduled {
-                fault: Fault::DiskFull(n),
-                start,
-                end,
-            });
-        }
+        place_disk_window(rng, schedule, Fault::DiskFull(n), length, first, until);
     }
     schedule.sort_by_key(|s| s.start);
+}
+
+/// Draws where `fault` (a disk fault of one node) lasting `length` starts, between `first` and `until`, and adds it unless
+/// it would overlap a crash or another disk fault of the same node, or come within a second of one (a node
+/// restarted at one window's end would start on a faulty disk, which is not modelled).
+fn place_disk_window(
+    rng: &mut StdRng,
+    schedule: &mut Vec<Scheduled>,
+    fault: Fault,
+    length: Duration,
+    first: Duration,
+    until: Duration,
+) {
+    let latest = until.saturating_sub(length);
+    if latest <= first {
+        return;
+    }
+    let start =
+        first + Duration::from_millis(rng.gen_range(0..(latest - first).as_millis() as u64));
+    let end = start + length;
+    let margin = Duration::from_secs(1);
+    let node = fault.disk_of();
+    let clashes = schedule
+        .iter()
+        .any(|s| s.fault.disk_of() == node && s.start <= end + margin && start <= s.end + margin);
+    if !clashes {
+        schedule.push(Scheduled { fault, start, end });
+    }
 }
 
 /// Up to `count` fsync-fault windows (failing or slow, even odds), drawn from their own stream like
@@ -215,20 +222,7 @@ pub fn add_fsync_faults(
         } else {
             Fault::SlowFsync(n, rng.gen_range(50..1_500))
         };
-        let latest = until.saturating_sub(length);
-        if latest <= first {
-            continue;
-        }
-        let start =
-            first + Duration::from_millis(rng.gen_range(0..(latest - first).as_millis() as u64));
-        let end = start + length;
-        let margin = Duration::from_secs(1);
-        let clashes = schedule.iter().any(|s| {
-            s.fault.disk_of() == Some(n) && s.start <= end + margin && start <= s.end + margin
-        });
-        if !clashes {
-            schedule.push(Scheduled { fault, start, end });
-        }
+        place_disk_window(rng, schedule, fault, length, first, until);
     }
     schedule.sort_by_key(|s| s.start);
 }
