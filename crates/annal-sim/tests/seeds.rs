@@ -128,11 +128,7 @@ fn isr_changes_do_not_wait_behind_a_forwarded_admin_request() {
         fsync_faults: 0,
         ..Options::default()
     };
-    let report = run_seed(1, &options);
-    println!("{}", describe(&report));
-    if !report.passed() {
-        fail(&report);
-    }
+    let report = run_passing(1, &options);
     // The workload the seed needs: topics created during the faults (the forwarded CreateTopics).
     assert!(
         report.acked_topics > 2,
@@ -162,11 +158,7 @@ fn a_process_crash_keeps_its_elr_place_when_the_last_leader_lost_power() {
         fsync_faults: 0,
         ..Options::default()
     };
-    let report = run_seed(31, &options);
-    println!("{}", describe(&report));
-    if !report.passed() {
-        fail(&report);
-    }
+    let report = run_passing(31, &options);
     assert!(
         report
             .trace
@@ -227,11 +219,7 @@ fn a_broker_whose_fsync_fails_halts_and_recovers_and_a_slow_one_only_waits() {
         fsync_faults: 1,
         ..Options::default()
     };
-    let report = run_seed(49, &options);
-    println!("{}", describe(&report));
-    if !report.passed() {
-        fail(&report);
-    }
+    let report = run_passing(49, &options);
     let has =
         |report: &Report, prefix: &str| report.trace.iter().any(|(_, e)| e.starts_with(prefix));
     assert!(
@@ -241,11 +229,7 @@ fn a_broker_whose_fsync_fails_halts_and_recovers_and_a_slow_one_only_waits() {
             && has(&report, "n1 started again"),
         "seed 49 no longer halts n1 on a failed fsync and restarts it; pick another seed for this test"
     );
-    let report = run_seed(11, &options);
-    println!("{}", describe(&report));
-    if !report.passed() {
-        fail(&report);
-    }
+    let report = run_passing(11, &options);
     let slowed: u64 = report
         .trace
         .iter()
@@ -277,11 +261,7 @@ fn a_coordinator_that_lost_its_leadership_unknowingly_does_not_answer_stale_offs
         fsync_faults: 0,
         ..Options::default()
     };
-    let report = run_seed(2250, &options);
-    println!("{}", describe(&report));
-    if !report.passed() {
-        fail(&report);
-    }
+    run_passing(2250, &options);
 }
 
 /// Regression, broker seed 268 of 60 s: n3, a follower of `__consumer_offsets-0`, wrote a batch of epoch 5 whose
@@ -304,11 +284,7 @@ fn a_follower_records_a_batch_epoch_before_the_batch() {
         fsync_faults: 1,
         ..Options::default()
     };
-    let report = run_seed(268, &options);
-    println!("{}", describe(&report));
-    if !report.passed() {
-        fail(&report);
-    }
+    run_passing(268, &options);
 }
 
 /// Regression, broker seed 467 of 60 s: a new transaction coordinator loaded a PrepareCommit that only it had
@@ -330,11 +306,7 @@ fn a_loaded_transaction_decision_is_acted_on_only_once_committed() {
         fsync_faults: 1,
         ..Options::default()
     };
-    let report = run_seed(467, &options);
-    println!("{}", describe(&report));
-    if !report.passed() {
-        fail(&report);
-    }
+    run_passing(467, &options);
 }
 
 /// Seed 8 of 30 s with one full-disk window (n3's), once; fails the test on any violation.
@@ -349,11 +321,7 @@ fn full_disk_run(metadata: bool) -> Report {
         fsync_faults: 0,
         ..Options::default()
     };
-    let report = run_seed(8, &options);
-    println!("{}", describe(&report));
-    if !report.passed() {
-        fail(&report);
-    }
+    let report = run_passing(8, &options);
     report
 }
 
@@ -364,6 +332,17 @@ fn refused_on_n3(report: &Report) -> u64 {
         .filter_map(|(_, e)| e.strip_prefix("n3's full disk refused "))
         .filter_map(|rest| rest.split(' ').next()?.parse::<u64>().ok())
         .sum()
+}
+
+/// Runs `seed` once, prints its summary, and fails the test (with the trace's tail and the replay command) on
+/// any violation: the pinned regression seeds' common part.
+fn run_passing(seed: u64, options: &Options) -> Report {
+    let report = run_seed(seed, options);
+    println!("{}", describe(&report));
+    if !report.passed() {
+        fail(&report);
+    }
+    report
 }
 
 fn run_twice_each(seeds: Vec<u64>, options: Options) {
@@ -521,11 +500,7 @@ fn a_transaction_its_producer_abandoned_is_aborted_by_its_timeout() {
         brokers: true,
         ..Options::default()
     };
-    let report = run_seed(0, &options);
-    println!("{}", describe(&report));
-    if !report.passed() {
-        fail(&report);
-    }
+    let report = run_passing(0, &options);
     // The run must have abandoned a transaction with records, or this test no longer tests the timeout.
     assert!(
         report
