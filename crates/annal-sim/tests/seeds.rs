@@ -210,15 +210,7 @@ fn a_broker_whose_fsync_fails_halts_and_recovers_and_a_slow_one_only_waits() {
         // A replay of one seed: the tests above run it.
         return;
     }
-    let options = Options {
-        fault_phase: Duration::from_secs(60),
-        keep_trace: true,
-        brokers: true,
-        power_losses: 1,
-        disk_fulls: 1,
-        fsync_faults: 1,
-        ..Options::default()
-    };
+    let options = pinned_broker_options();
     let report = run_passing(49, &options);
     let has =
         |report: &Report, prefix: &str| report.trace.iter().any(|(_, e)| e.starts_with(prefix));
@@ -253,13 +245,8 @@ fn a_coordinator_that_lost_its_leadership_unknowingly_does_not_answer_stale_offs
         return;
     }
     let options = Options {
-        fault_phase: Duration::from_secs(60),
-        keep_trace: true,
-        brokers: true,
-        power_losses: 1,
-        disk_fulls: 1,
         fsync_faults: 0,
-        ..Options::default()
+        ..pinned_broker_options()
     };
     run_passing(2250, &options);
 }
@@ -275,15 +262,7 @@ fn a_follower_records_a_batch_epoch_before_the_batch() {
     if std::env::var("SIM_SEED").is_ok() {
         return;
     }
-    let options = Options {
-        fault_phase: Duration::from_secs(60),
-        keep_trace: true,
-        brokers: true,
-        power_losses: 1,
-        disk_fulls: 1,
-        fsync_faults: 1,
-        ..Options::default()
-    };
+    let options = pinned_broker_options();
     run_passing(268, &options);
 }
 
@@ -297,15 +276,7 @@ fn a_loaded_transaction_decision_is_acted_on_only_once_committed() {
     if std::env::var("SIM_SEED").is_ok() {
         return;
     }
-    let options = Options {
-        fault_phase: Duration::from_secs(60),
-        keep_trace: true,
-        brokers: true,
-        power_losses: 1,
-        disk_fulls: 1,
-        fsync_faults: 1,
-        ..Options::default()
-    };
+    let options = pinned_broker_options();
     run_passing(467, &options);
 }
 
@@ -332,6 +303,21 @@ fn refused_on_n3(report: &Report) -> u64 {
         .filter_map(|(_, e)| e.strip_prefix("n3's full disk refused "))
         .filter_map(|rest| rest.split(' ').next()?.parse::<u64>().ok())
         .sum()
+}
+
+/// A pinned broker seed's options: 60 s of faults with one power loss, one full disk and one fsync fault, set
+/// here rather than from the defaults or `SIM_*` variables, so a pinned run never changes under a test.
+fn pinned_broker_options() -> Options {
+    Options {
+        fault_phase: Duration::from_secs(60),
+        keep_trace: true,
+        brokers: true,
+        power_losses: 1,
+        disk_fulls: 1,
+        fsync_faults: 1,
+        tcp_timeouts: false,
+        ..Options::default()
+    }
 }
 
 /// Runs `seed` once, prints its summary, and fails the test (with the trace's tail and the replay command) on
