@@ -150,19 +150,83 @@ impl StateMachine for ImageStateMachine {
 }
 
 /// The controller's writer: a batch of records is one quorum entry.
+///
+/// Invariant: a batch is proposed only if it was decided against an image that held every entry of the
+/// leader's log ([`Quorum::await_log_applied`]), this leadership's own writes aside. Otherwise a decision taken
+/// against an older image lands after entries it never saw: a leader that restarted in its term (openraft
+/// resumes it) decided a broker's removal from an ISR without the ELR change its previous life had appended,
+/// and the two together named a broker in both the ISR and the ELR; every node then stopped applying the
+/// metadata log (simulator seed 294).
 pub struct QuorumWriter {
     quorum: Arc<Quorum>,
     state: Arc<ImageStateMachine>,
+    /// The term and image the current operation decides against, set by [`MetadataWriter::catch_up`] and moved
+    /// on by each of its own writes; `None` if the catch-up failed.
+    decided_on: Mutex<Option<(u64, Arc<MetadataImage>)>>,
+}
+
+/// How long an operation waits for its leader's log to be applied (see [`Quorum::await_log_applied`]): about a
+/// session timeout, after which the request fails as retriable.
+const CATCH_UP_LIMIT: Duration = Duration::from_secs(5);
+
+impl QuorumWriter {
+    fn new(quorum: Arc<Quorum>, state: Arc<ImageStateMachine>) -> QuorumWriter {
+        QuorumWriter {
+            quorum,
+            state,
+            decided_on: Mutex::new(None),
+        }
+    }
+
+    fn not_controller(&self) -> WriteError {
+        WriteError::NotController {
+            leader_hint: self.quorum.leader().and_then(|l| i32::try_from(l).ok()),
+        }
+    }
 }
 
 impl MetadataWriter for QuorumWriter {
+    fn catch_up(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let decided_on = match self.quorum.await_log_applied(CATCH_UP_LIMIT).await {
+                Ok(term) => Some((term, self.state.image())),
+                Err(_) => None,
+            };
+            *self.decided_on.lock() = decided_on;
+        })
+    }
+
     fn write(&self, records: Vec<MetadataRecord>) -> BoxFuture<'_, Result<u64, WriteError>> {
         Box::pin(async move {
-            match self.quorum.write(encode_batch(&records)).await {
+            // Nothing may have joined the log (another leader's entries, an entry of this node's past) between
+            // the decision and now: then the decision is stale and the operation is retried from the top.
+            let term = match self.quorum.await_log_applied(CATCH_UP_LIMIT).await {
+                Ok(term) => term,
+                Err(raft::WriteError::NotLeader { .. }) => return Err(self.not_controller()),
+                Err(e) => return Err(WriteError::Unavailable(e.to_string())),
+            };
+            let current = self.state.image();
+            let fresh = self
+                .decided_on
+                .lock()
+                .as_ref()
+                .is_some_and(|(t, image)| *t == term && Arc::ptr_eq(image, &current));
+            if !fresh {
+                return Err(WriteError::Unavailable(
+                    "the metadata log moved while the controller decided (a new term, or entries it had not \
+                     applied yet); retry"
+                        .into(),
+                ));
+            }
+            let written = self.quorum.write(encode_batch(&records)).await;
+            // Whatever the outcome, the next write of this operation must see this one applied: a failed write
+            // may still commit, and then the image moves and the next write is refused.
+            match written {
                 Ok(index) => {
                     if let Some(why) = self.state.poisoned() {
                         return Err(WriteError::Unavailable(why));
                     }
+                    *self.decided_on.lock() = Some((term, self.state.image()));
                     Ok(index)
                 }
                 Err(raft::WriteError::NotLeader { leader }) => Err(WriteError::NotController {
@@ -258,10 +322,7 @@ impl MetadataNode {
         let controller = is_voter.then(|| {
             Arc::new(Controller::new(
                 controller_config,
-                Arc::new(QuorumWriter {
-                    quorum: quorum.clone(),
-                    state: state.clone(),
-                }),
+                Arc::new(QuorumWriter::new(quorum.clone(), state.clone())),
             ))
         });
         let (stop, stop_rx) = watch::channel(false);
@@ -295,6 +356,12 @@ impl MetadataNode {
 
     pub fn watch_image(&self) -> watch::Receiver<Arc<MetadataImage>> {
         self.state.watch()
+    }
+
+    /// Why this node stopped applying the metadata log (a committed entry that does not apply to its image: a
+    /// controller bug), if it did. Its image is frozen from then on.
+    pub fn stopped_applying(&self) -> Option<String> {
+        self.state.poisoned()
     }
 
     /// The active controller (the quorum leader), as this node knows it.
@@ -596,10 +663,7 @@ mod tests {
         }
         let controller = Controller::new(
             ControllerConfig::default(),
-            Arc::new(QuorumWriter {
-                quorum: quorum.clone(),
-                state: state.clone(),
-            }),
+            Arc::new(QuorumWriter::new(quorum.clone(), state.clone())),
         );
         let now = Instant::now();
         let reg = controller

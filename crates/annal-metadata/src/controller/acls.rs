@@ -50,7 +50,7 @@ pub fn delete_filter(
 impl Controller {
     /// CreateAcls (30).
     pub async fn create_acls(&self, req: CreateAclsRequest) -> CreateAclsResponse {
-        let mut state = self.state.lock().await;
+        let mut state = self.lock_state().await;
         let image = self.writer.image();
         let mut results: Vec<Option<(i16, String)>> = Vec::with_capacity(req.creations.len());
         let mut batch: Vec<AccessControlEntryRecord> = Vec::new();
@@ -124,7 +124,7 @@ impl Controller {
 
     /// DeleteAcls (31).
     pub async fn delete_acls(&self, req: DeleteAclsRequest) -> DeleteAclsResponse {
-        let _state = self.state.lock().await;
+        let _state = self.lock_state().await;
         let image = self.writer.image();
         let mut removed: BTreeSet<Uuid> = BTreeSet::new();
         let mut results: Vec<DeleteAclsFilterResult> = Vec::with_capacity(req.filters.len());

@@ -113,7 +113,7 @@ fn plan(
 impl Controller {
     /// AlterPartition (56).
     pub async fn alter_partition(&self, req: AlterPartitionRequest) -> AlterPartitionResponse {
-        let _state = self.state.lock().await;
+        let _state = self.lock_state().await;
         let image = self.writer.image();
         let leader = req.broker_id.0;
         if image

@@ -49,7 +49,7 @@ impl Controller {
         req: BrokerRegistrationRequest,
         now: Instant,
     ) -> BrokerRegistrationResponse {
-        let mut state = self.state.lock().await;
+        let mut state = self.lock_state().await;
         let image = self.writer.image();
         let id = req.broker_id.0;
         let reply = |code: i16, epoch: i64| {
@@ -159,7 +159,7 @@ impl Controller {
         req: BrokerHeartbeatRequest,
         now: Instant,
     ) -> BrokerHeartbeatResponse {
-        let mut state = self.state.lock().await;
+        let mut state = self.lock_state().await;
         let image = self.writer.image();
         let id = req.broker_id.0;
         let Some(broker) = image.broker(id).filter(|b| b.epoch == req.broker_epoch) else {
@@ -246,7 +246,7 @@ impl Controller {
     /// A tick that waited for the lock behind a long operation judges leases by its `now` from before the wait:
     /// earlier than the real time, so it can only fence later, never sooner.
     pub async fn tick(&self, now: Instant) -> Result<(), WriteError> {
-        let mut state = self.state.lock().await;
+        let mut state = self.lock_state().await;
         let image = self.writer.image();
         self.grant_missing_leases(&mut state, &image, now);
         let expired: Vec<(i32, i64)> = image
@@ -281,7 +281,7 @@ impl Controller {
         epoch: i64,
         now: Instant,
     ) -> Result<bool, WriteError> {
-        let mut state = self.state.lock().await;
+        let mut state = self.lock_state().await;
         let image = self.writer.image();
         match image.broker(id) {
             Some(b) if !b.fenced && b.epoch == epoch => {}
@@ -300,7 +300,7 @@ impl Controller {
     /// A newly active controller gives every registered broker a fresh lease, as Kafka does: it cannot know
     /// when they last heartbeated to the previous controller.
     pub async fn on_become_active(&self, now: Instant) {
-        let mut state = self.state.lock().await;
+        let mut state = self.lock_state().await;
         state.leases.clear();
         state.next_imbalance_check = None;
         let image = self.writer.image();
@@ -329,7 +329,7 @@ impl Controller {
         &self,
         req: AllocateProducerIdsRequest,
     ) -> AllocateProducerIdsResponse {
-        let _state = self.state.lock().await;
+        let _state = self.lock_state().await;
         let image = self.writer.image();
         let id = req.broker_id.0;
         if image.broker(id).is_none_or(|b| b.epoch != req.broker_epoch) {

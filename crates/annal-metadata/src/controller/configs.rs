@@ -204,7 +204,7 @@ impl Controller {
         &self,
         req: IncrementalAlterConfigsRequest,
     ) -> IncrementalAlterConfigsResponse {
-        let _state = self.state.lock().await;
+        let _state = self.lock_state().await;
         let image = self.writer.image();
         let mut responses = Vec::new();
         let mut records = Vec::new();
@@ -242,7 +242,7 @@ impl Controller {
 
     /// AlterConfigs (33): replaces a resource's whole config set.
     pub async fn alter_configs(&self, req: AlterConfigsRequest) -> AlterConfigsResponse {
-        let _state = self.state.lock().await;
+        let _state = self.lock_state().await;
         let image = self.writer.image();
         let mut responses = Vec::new();
         let mut records = Vec::new();

@@ -23,7 +23,7 @@ impl Controller {
     /// ElectLeaders (43). A null partition list means every partition, and then partitions that already have
     /// the wanted leader are left out of the answer.
     pub async fn elect_leaders(&self, req: ElectLeadersRequest) -> ElectLeadersResponse {
-        let _state = self.state.lock().await;
+        let _state = self.lock_state().await;
         let image = self.writer.image();
         let election = match req.election_type {
             PREFERRED => Election::Preferred,

@@ -57,7 +57,7 @@ impl Controller {
         &self,
         import: SingleNodeImport,
     ) -> Result<ImportOutcome, WriteError> {
-        let _state = self.state.lock().await;
+        let _state = self.lock_state().await;
         let image = self.writer.image();
         if !image.brokers.is_empty() {
             return Ok(ImportOutcome::LogInUse);

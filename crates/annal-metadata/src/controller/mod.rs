@@ -74,6 +74,15 @@ pub trait MetadataWriter: Send + Sync {
     /// The latest committed image.
     fn image(&self) -> Arc<MetadataImage>;
 
+    /// Called by every operation before it decides: waits until [`Self::image`] holds every entry the log
+    /// already has, so the decision sees everything that will be committed before its own records. A writer
+    /// whose image is always current (the in-memory one) has nothing to wait for. A quorum writer whose wait
+    /// fails (no majority, not the leader) refuses the operation's write instead ([`WriteError::Unavailable`],
+    /// [`WriteError::NotController`]).
+    fn catch_up(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+
     /// Appends records of an operation that need not be atomic as consecutive batches of at most
     /// [`MAX_RECORDS_PER_BATCH`], in order, and resolves with the last batch's offset (Kafka's non-atomic
     /// `ControllerResult`). A failure part-way leaves a committed prefix, so callers order their records so
@@ -259,6 +268,14 @@ impl Controller {
     /// The latest committed image.
     pub fn image(&self) -> Arc<MetadataImage> {
         self.writer.image()
+    }
+
+    /// Takes the operation lock (operations run one at a time, so each decides against every earlier one's
+    /// records), then waits until the image holds everything the metadata log holds ([`MetadataWriter::catch_up`]).
+    async fn lock_state(&self) -> tokio::sync::MutexGuard<'_, State> {
+        let state = self.state.lock().await;
+        self.writer.catch_up().await;
+        state
     }
 
     /// Topic election policies against `image`.

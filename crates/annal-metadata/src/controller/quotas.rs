@@ -21,7 +21,7 @@ impl Controller {
         &self,
         req: AlterClientQuotasRequest,
     ) -> AlterClientQuotasResponse {
-        let _state = self.state.lock().await;
+        let _state = self.lock_state().await;
         let image = self.writer.image();
         let mut results: Vec<Option<String>> = Vec::with_capacity(req.entries.len());
         let mut records: Vec<MetadataRecord> = Vec::new();

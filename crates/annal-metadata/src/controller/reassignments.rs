@@ -62,7 +62,7 @@ impl Controller {
         &self,
         req: AlterPartitionReassignmentsRequest,
     ) -> AlterPartitionReassignmentsResponse {
-        let _state = self.state.lock().await;
+        let _state = self.lock_state().await;
         let image = self.writer.image();
         let mut records = Vec::new();
         let mut responses = Vec::new();

@@ -58,7 +58,7 @@ impl Controller {
         &self,
         req: AlterUserScramCredentialsRequest,
     ) -> AlterUserScramCredentialsResponse {
-        let _state = self.state.lock().await;
+        let _state = self.lock_state().await;
         let image = self.writer.image();
         // A user named more than once (in deletions and upsertions together, whatever the mechanisms) fails as a
         // whole, as in Kafka: one mechanism per user per request.

@@ -153,7 +153,7 @@ fn rf_error(rf: usize, brokers: usize) -> ApiError {
 impl Controller {
     /// CreateTopics (19).
     pub async fn create_topics(&self, req: CreateTopicsRequest) -> CreateTopicsResponse {
-        let mut state = self.state.lock().await;
+        let mut state = self.lock_state().await;
         let image = self.writer.image();
         let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
         for t in &req.topics {
@@ -363,7 +363,7 @@ impl Controller {
         &self,
         req: CreatePartitionsRequest,
     ) -> CreatePartitionsResponse {
-        let mut state = self.state.lock().await;
+        let mut state = self.lock_state().await;
         let image = self.writer.image();
         let mut results = Vec::new();
         let mut records = Vec::new();
@@ -482,7 +482,7 @@ impl Controller {
 
     /// DeleteTopics (20): by name (v0-5 `topic_names`, v6+ `topics` by name or id).
     pub async fn delete_topics(&self, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
-        let _state = self.state.lock().await;
+        let _state = self.lock_state().await;
         let image = self.writer.image();
         let mut results = Vec::new();
         let mut records = Vec::new();

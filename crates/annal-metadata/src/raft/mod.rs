@@ -473,6 +473,47 @@ impl Quorum {
         self.leader_rx.clone()
     }
 
+    /// Waits (up to `limit`) until this leader has applied every entry its log holds, and returns its term.
+    ///
+    /// A new leader's log may end in entries its state machine has not applied: entries of earlier terms it
+    /// commits only with its first entry of its own, or, when a leader restarts and resumes its term (openraft
+    /// keeps a committed vote), the entries its previous life appended but never saw committed. Anything decided
+    /// against the state machine before those apply is decided against a past that the log has already moved
+    /// on from. `Err(NotLeader)` as soon as this node is not the leader; `Err(Other)` on timeout (no majority to
+    /// commit with).
+    pub async fn await_log_applied(&self, limit: Duration) -> Result<u64, WriteError> {
+        let mut metrics = self.raft.metrics();
+        let wait = async {
+            loop {
+                let (leads, leader, term, last_log, applied) = {
+                    let m = metrics.borrow_and_update();
+                    (
+                        m.state == ServerState::Leader && m.current_leader == Some(self.node_id),
+                        m.current_leader,
+                        m.current_term,
+                        m.last_log_index,
+                        m.last_applied.map(|l| l.index),
+                    )
+                };
+                if !leads {
+                    return Err(WriteError::NotLeader { leader });
+                }
+                if applied >= last_log {
+                    return Ok(term);
+                }
+                if metrics.changed().await.is_err() {
+                    return Err(WriteError::Stopped("its raft core stopped".into()));
+                }
+            }
+        };
+        match tokio::time::timeout(limit, wait).await {
+            Ok(result) => result,
+            Err(_) => Err(WriteError::Other(format!(
+                "the metadata log was not applied up to its end within {limit:?} (is a majority of voters up?)"
+            ))),
+        }
+    }
+
     pub fn is_leader(&self) -> bool {
         let metrics = self.raft.metrics();
         let m = metrics.borrow();
