@@ -754,6 +754,7 @@ fn group_seeds() {
             }],
         }),
     );
+    consumer_group_seeds(&put);
     put(
         "group-value-empty",
         2,
@@ -764,6 +765,53 @@ fn group_seeds() {
             leader: None,
             current_state_timestamp: -1,
             members: vec![],
+        }),
+    );
+}
+
+/// A consumer-protocol group's records (types 3-8), selectors as in the `group_records` target.
+fn consumer_group_seeds(put: &dyn Fn(&str, u8, Vec<u8>)) {
+    use annal_broker::group::consumer_records as c;
+    let topic = uuid::Uuid::from_u128(7);
+    let parts: c::Parts = [(topic, [0, 2].into())].into();
+    put(
+        "consumer-member-key",
+        0,
+        c::Key::Current {
+            group: "g".into(),
+            member: "m-1".into(),
+        }
+        .encode(),
+    );
+    put("consumer-epoch", 3, c::epoch_value(4));
+    put(
+        "consumer-topics",
+        4,
+        c::partition_metadata_value(&[("fuzz".to_string(), (topic, 3))].into()),
+    );
+    put(
+        "consumer-member",
+        5,
+        c::member_value(&c::MemberMetadata {
+            instance_id: Some("i-1".into()),
+            rack_id: None,
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            subscribed: ["fuzz".to_string()].into(),
+            rebalance_timeout_ms: 30_000,
+            server_assignor: Some("uniform".into()),
+        }),
+    );
+    put("consumer-target", 6, c::target_value(&parts));
+    put(
+        "consumer-current",
+        7,
+        c::current_value(&c::CurrentAssignment {
+            epoch: 4,
+            previous_epoch: 3,
+            state: c::STATE_UNREVOKED_PARTITIONS,
+            assigned: parts.clone(),
+            pending_revocation: [(topic, [1].into())].into(),
         }),
     );
 }

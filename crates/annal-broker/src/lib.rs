@@ -280,6 +280,9 @@ pub async fn start_in(
     let replica_manager = Arc::new(ReplicaManager::open(&config, stop_rx.clone())?);
     phases.done("partition logs opened");
     let mut groups_config = config.groups.clone();
+    groups_config.member_id_seed = env
+        .seed
+        .map(|s| s ^ 0x6d65_6d62_6572 ^ config.node_id as u64);
     groups_config.offsets_topic_replication_factor =
         config.cluster.replication.offsets_topic_replication_factor;
     if config.cluster.is_sole_voter() {

@@ -173,6 +173,10 @@ impl State {
                         key: records::group_key(&name),
                         value: None,
                     });
+                    tombstones.extend(g.persisted_consumer.keys().map(|k| Record {
+                        key: k.clone(),
+                        value: None,
+                    }));
                     if self.writer.append(g.partition, &tombstones) {
                         self.groups.remove(&name);
                         code::NONE

@@ -3,7 +3,7 @@
 //! Behaviour follows Kafka's `GroupMetadataManager` / `ClassicGroup` (group-coordinator module); where this
 //! differs it says so.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -113,11 +113,11 @@ pub(super) struct Group {
     pub protocol_name: Option<String>,
     pub leader: Option<String>,
     pub members: IndexMap<String, Member>,
-    static_members: HashMap<String, String>,
+    static_members: BTreeMap<String, String>,
     /// KIP-394: ids handed out with MEMBER_ID_REQUIRED, not yet joined; value = expiry.
-    pending_members: HashMap<String, Instant>,
+    pending_members: BTreeMap<String, Instant>,
     /// Members that got the JoinGroup answer of this generation and have not sent SyncGroup yet.
-    pending_sync: HashSet<String>,
+    pending_sync: BTreeSet<String>,
     sync_deadline: Option<Instant>,
     join_deadline: Option<Instant>,
     initial_delay: Option<InitialDelay>,
@@ -127,6 +127,12 @@ pub(super) struct Group {
     pub persisted_metadata: Option<Vec<u8>>,
     /// Set when the group uses the consumer protocol (KIP-848) instead of the classic one.
     pub consumer: Option<super::consumer::ConsumerGroup>,
+    /// The consumer-protocol records last written to the log, encoded key to value (what a restart would load;
+    /// [`Writer::persist_consumer`] writes what changed, and tombstones what is gone).
+    pub persisted_consumer: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// The generation whose leader's assignment is being written: its SyncGroup answers wait until that write
+    /// is committed ([`State::complete_sync`]).
+    persisting: Option<i32>,
 }
 
 impl Group {
@@ -141,15 +147,17 @@ impl Group {
             protocol_name: None,
             leader: None,
             members: IndexMap::new(),
-            static_members: HashMap::new(),
-            pending_members: HashMap::new(),
-            pending_sync: HashSet::new(),
+            static_members: BTreeMap::new(),
+            pending_members: BTreeMap::new(),
+            pending_sync: BTreeSet::new(),
             sync_deadline: None,
             join_deadline: None,
             initial_delay: None,
             offsets: BTreeMap::new(),
             persisted_metadata: None,
             consumer: None,
+            persisted_consumer: BTreeMap::new(),
+            persisting: None,
         }
     }
 
@@ -369,7 +377,7 @@ pub struct CommitWait {
 /// Appends to the `__consumer_offsets` partitions this broker leads; collects the commit waits to run once the
 /// state lock is released.
 pub(super) struct Writer {
-    pub owned: HashMap<u32, Owned>,
+    pub owned: BTreeMap<u32, Owned>,
     pub waits: Vec<CommitWait>,
     pub closed: bool,
     /// `__consumer_offsets`' partition count: the topic's once it exists, else `offsets.topic.num.partitions`.
@@ -422,26 +430,86 @@ impl Writer {
         }
     }
 
-    fn persist_group(&mut self, group: &mut Group) {
+    /// Makes the request's answer wait until everything in `partition`'s log so far is committed (as a write's
+    /// answer waits for its own records): group state loaded from, or written to, the log is handed out only
+    /// once no leader elected next can truncate it away. Kafka's coordinator runtime defers a response without
+    /// records of its own the same way, until the writes before it are committed.
+    pub fn wait_for_log_end(&mut self, partition: u32) {
+        if let Some(Owned::Active { part, .. }) = self.owned.get(&partition) {
+            let end = part.log_end_offset();
+            if end > 0 {
+                self.waits.push(CommitWait {
+                    part: part.clone(),
+                    last_offset: end - 1,
+                    durable: None,
+                });
+            }
+        }
+    }
+
+    /// Appends what changed in the group's consumer-protocol records since they were last written (new and
+    /// changed values, tombstones for members gone, all of them once the group is no consumer group any more),
+    /// in one batch, so a replay sees all of a change or none of it. False if the append was refused (the log
+    /// then keeps the previous records, and the next change writes these again).
+    pub fn persist_consumer(&mut self, group: &mut Group) -> bool {
+        let wanted = group
+            .consumer
+            .as_ref()
+            .map(|c| c.records(&group.id))
+            .unwrap_or_default();
+        let mut records: Vec<Record> = wanted
+            .iter()
+            .filter(|(k, v)| group.persisted_consumer.get(*k) != Some(*v))
+            .map(|(k, v)| Record {
+                key: k.clone(),
+                value: Some(v.clone()),
+            })
+            .collect();
+        records.extend(
+            group
+                .persisted_consumer
+                .keys()
+                .filter(|k| !wanted.contains_key(*k))
+                .map(|k| Record {
+                    key: k.clone(),
+                    value: None,
+                }),
+        );
+        if records.is_empty() {
+            return true;
+        }
+        let appended = self.append(group.partition, &records);
+        if appended {
+            group.persisted_consumer = wanted;
+        }
+        appended
+    }
+
+    /// Appends the group's metadata; false if the append was refused (it is then not in the log).
+    fn persist_group(&mut self, group: &mut Group) -> bool {
         let record = group.metadata_record();
-        if self.append(group.partition, std::slice::from_ref(&record)) {
+        let appended = self.append(group.partition, std::slice::from_ref(&record));
+        if appended {
             group.persisted_metadata = record.value;
         }
+        appended
     }
 }
 
 pub(super) struct State {
-    pub groups: HashMap<String, Group>,
+    pub groups: BTreeMap<String, Group>,
     pub writer: Writer,
     pub config: GroupConfig,
     next_retention_check: Instant,
     /// Offsets of open transactions (TxnOffsetCommit), visible once their COMMIT marker arrives.
     pub txn_pending: super::txn_offsets::TxnPending,
+    /// Where new member ids come from ([`GroupConfig::member_id_seed`]).
+    pub member_ids: rand::rngs::StdRng,
 }
 
 /// What loading a partition's log produced, to install under the state lock.
 pub(super) struct Loaded {
-    pub groups: HashMap<String, Group>,
+    pub groups: BTreeMap<String, Group>,
     pub records: u64,
     /// Transactional offsets whose transaction was still open at the log end.
     pub txn_pending: Vec<((u32, i64), super::txn_offsets::PendingOffsets)>,
@@ -449,10 +517,16 @@ pub(super) struct Loaded {
 
 /// Replays `part` (partition `partition` of `__consumer_offsets`) into groups. The log is a compacted topic the
 /// broker's log cleaner keeps small (decision 0002), so a replay reads about the live records. Blocking.
-pub(super) fn load(part: &Partition, partition: u32) -> anyhow::Result<Loaded> {
+///
+/// A consumer-protocol group's members get `consumer_session` from now before their session expires.
+pub(super) fn load(
+    part: &Partition,
+    partition: u32,
+    consumer_session: Duration,
+) -> anyhow::Result<Loaded> {
     let now = super::clock_now();
-    let groups = std::cell::RefCell::new(HashMap::new());
-    let open: std::cell::RefCell<HashMap<i64, super::txn_offsets::PendingOffsets>> =
+    let groups = std::cell::RefCell::new(BTreeMap::new());
+    let open: std::cell::RefCell<BTreeMap<i64, super::txn_offsets::PendingOffsets>> =
         Default::default();
     let stats = super::store::replay_with_markers(
         part,
@@ -486,6 +560,19 @@ pub(super) fn load(part: &Partition, partition: u32) -> anyhow::Result<Loaded> {
     for g in groups.values_mut() {
         for m in g.members.values_mut() {
             m.session_deadline = now + ms(m.session_timeout_ms);
+        }
+        if !g.persisted_consumer.is_empty()
+            && !annal_metadata::env::testing::planted(
+                annal_metadata::env::testing::PlantedBug::ForgetConsumerGroupMembers,
+            )
+        {
+            g.consumer = Some(super::consumer::ConsumerGroup::from_records(
+                &g.id,
+                &g.persisted_consumer,
+                now,
+                consumer_session,
+            ));
+            g.protocol_type = Some("consumer".to_string());
         }
     }
     Ok(Loaded {
@@ -532,15 +619,19 @@ impl State {
     /// No partition owned yet: [`State::begin_load`] / [`State::install`] make this broker coordinator of one.
     pub fn new(config: GroupConfig) -> State {
         State {
-            groups: HashMap::new(),
+            groups: BTreeMap::new(),
             writer: Writer {
-                owned: HashMap::new(),
+                owned: BTreeMap::new(),
                 waits: Vec::new(),
                 closed: false,
                 num_partitions: config.offsets_topic_num_partitions,
             },
             next_retention_check: super::clock_now()
                 + Duration::from_millis(config.offsets_retention_check_interval_ms),
+            member_ids: match config.member_id_seed {
+                Some(seed) => rand::SeedableRng::seed_from_u64(seed),
+                None => rand::SeedableRng::from_entropy(),
+            },
             config,
             txn_pending: Default::default(),
         }
@@ -721,6 +812,7 @@ impl State {
             groups,
             writer,
             config,
+            member_ids,
             ..
         } = self;
         let partition = records::partition_for(&group_id, writer.num_partitions);
@@ -745,14 +837,20 @@ impl State {
             // Kafka would migrate the group between protocols; Annal does not (yet).
             return err(code::INCONSISTENT_GROUP_PROTOCOL);
         }
-        // An empty consumer-protocol group becomes a classic one again.
-        group.consumer = None;
+        // An empty consumer-protocol group becomes a classic one again; its records go first.
+        if let Some(consumer) = group.consumer.take() {
+            if !writer.persist_consumer(group) {
+                group.consumer = Some(consumer);
+                return err(code::COORDINATOR_NOT_AVAILABLE);
+            }
+        }
         let reply = if group.state == GroupState::Dead {
             err(code::COORDINATOR_NOT_AVAILABLE)
         } else if !group.supports_protocols(&join.protocol_type, &join.protocols) {
             err(code::INCONSISTENT_GROUP_PROTOCOL)
         } else if member_id.is_empty() {
-            join_unknown_member(group, writer, config, join, max_size, now)
+            let uuid = uuid::Uuid::from_u128(rand::Rng::gen(member_ids));
+            join_unknown_member(group, writer, config, join, uuid, max_size, now)
         } else {
             join_known_member(group, writer, config, member_id, join, now)
         };
@@ -770,20 +868,28 @@ impl State {
         req: SyncGroupRequest,
         version: i16,
         now: Instant,
-    ) -> Reply<SyncGroupResponse> {
-        let State { groups, writer, .. } = self;
+    ) -> (Reply<SyncGroupResponse>, Option<i32>) {
+        let State {
+            groups,
+            writer,
+            config,
+            ..
+        } = self;
         let Some(group) = groups.get_mut(req.group_id.0.as_str()) else {
-            return Reply::Now(sync_error(code::UNKNOWN_MEMBER_ID));
+            return (Reply::Now(sync_error(code::UNKNOWN_MEMBER_ID)), None);
         };
         let member_id = req.member_id.to_string();
         if group.state == GroupState::Dead {
-            return Reply::Now(sync_error(code::COORDINATOR_NOT_AVAILABLE));
+            return (
+                Reply::Now(sync_error(code::COORDINATOR_NOT_AVAILABLE)),
+                None,
+            );
         }
         if let Err(e) = group.validate_member(&member_id, req.group_instance_id.as_deref()) {
-            return Reply::Now(sync_error(e));
+            return (Reply::Now(sync_error(e)), None);
         }
         if req.generation_id != group.generation {
-            return Reply::Now(sync_error(code::ILLEGAL_GENERATION));
+            return (Reply::Now(sync_error(code::ILLEGAL_GENERATION)), None);
         }
         if version >= 5 {
             let type_ok = req
@@ -795,10 +901,13 @@ impl State {
                 .as_ref()
                 .is_none_or(|n| group.protocol_name.as_deref() == Some(n.as_str()));
             if !type_ok || !name_ok {
-                return Reply::Now(sync_error(code::INCONSISTENT_GROUP_PROTOCOL));
+                return (
+                    Reply::Now(sync_error(code::INCONSISTENT_GROUP_PROTOCOL)),
+                    None,
+                );
             }
         }
-        match group.state {
+        let reply = match group.state {
             GroupState::Empty | GroupState::Dead => Reply::Now(sync_error(code::UNKNOWN_MEMBER_ID)),
             GroupState::PreparingRebalance => Reply::Now(sync_error(code::REBALANCE_IN_PROGRESS)),
             GroupState::CompletingRebalance => {
@@ -811,7 +920,7 @@ impl State {
                 }
                 group.pending_sync.remove(&member_id);
                 if is_leader {
-                    let mut given: HashMap<String, Bytes> = HashMap::new();
+                    let mut given: BTreeMap<String, Bytes> = BTreeMap::new();
                     for a in req.assignments {
                         given.insert(a.member_id.to_string(), a.assignment);
                     }
@@ -819,22 +928,17 @@ impl State {
                     for m in group.members.values_mut() {
                         m.assignment = given.remove(&m.id).unwrap_or_default();
                     }
-                    writer.persist_group(group);
-                    group.transition(GroupState::Stable);
-                    let protocol_type = group.protocol_type.clone();
-                    let protocol_name = group.protocol_name.clone();
-                    for m in group.members.values_mut() {
-                        if let Some(tx) = m.sync_waiter.take() {
-                            let _ = tx.send(sync_ok(
-                                &protocol_type,
-                                &protocol_name,
-                                m.assignment.clone(),
-                            ));
-                        }
+                    // Kafka's order: the generation and its assignment go to the log first, and the members hear
+                    // of them only once that write is committed (`complete_sync`). Answered at once, a coordinator
+                    // that then lost its partition would leave a generation in the members' hands that the next
+                    // coordinator never heard of: it would hand out the same generation number again, with other
+                    // owners, and accept the old members' commits.
+                    if writer.persist_group(group) {
+                        group.persisting = Some(group.generation);
+                        return (Reply::Later(rx), Some(group.generation));
                     }
-                    if group.pending_sync.is_empty() {
-                        group.sync_deadline = None;
-                    }
+                    fail_assignment(group, code::COORDINATOR_NOT_AVAILABLE);
+                    prepare_rebalance(group, writer, config, now);
                 }
                 Reply::Later(rx)
             }
@@ -845,12 +949,68 @@ impl State {
                 }
                 let member = group.members.get_mut(&member_id).expect("validated");
                 member.session_deadline = now + ms(member.session_timeout_ms);
+                // The assignment may come from records this coordinator loaded but that are not committed yet
+                // (it became leader with a tail the old leader wrote): answered only once they are, or a leader
+                // elected next could truncate them away and hand the generation out again (simulator seed 1099).
+                writer.wait_for_log_end(group.partition);
                 Reply::Now(sync_ok(
                     &group.protocol_type,
                     &group.protocol_name,
                     member.assignment.clone(),
                 ))
             }
+        };
+        (reply, None)
+    }
+
+    /// The leader's assignment of `generation` was written (`committed`: and committed, within
+    /// offsets.commit.timeout.ms). Committed: the group is stable and every member waiting in SyncGroup gets its
+    /// assignment. Not committed: nobody gets one, and the group rebalances (Kafka's
+    /// `resetAndPropagateAssignmentError` and `maybePrepareRebalance`). Nothing to do if the group moved on
+    /// meanwhile (a rebalance answered the waiters itself).
+    pub fn complete_sync(
+        &mut self,
+        group_id: &str,
+        generation: i32,
+        committed: bool,
+        now: Instant,
+    ) {
+        let State {
+            groups,
+            writer,
+            config,
+            ..
+        } = self;
+        let Some(group) = groups.get_mut(group_id) else {
+            return;
+        };
+        if group.state != GroupState::CompletingRebalance
+            || group.generation != generation
+            || group.persisting != Some(generation)
+        {
+            return;
+        }
+        group.persisting = None;
+        if !committed {
+            tracing::warn!(group = %group.id, generation, "the group's assignment was not committed; the group rebalances");
+            fail_assignment(group, code::COORDINATOR_NOT_AVAILABLE);
+            prepare_rebalance(group, writer, config, now);
+            return;
+        }
+        group.transition(GroupState::Stable);
+        let protocol_type = group.protocol_type.clone();
+        let protocol_name = group.protocol_name.clone();
+        for m in group.members.values_mut() {
+            if let Some(tx) = m.sync_waiter.take() {
+                let _ = tx.send(sync_ok(
+                    &protocol_type,
+                    &protocol_name,
+                    m.assignment.clone(),
+                ));
+            }
+        }
+        if group.pending_sync.is_empty() {
+            group.sync_deadline = None;
         }
     }
 
@@ -1032,11 +1192,12 @@ fn join_unknown_member(
     writer: &mut Writer,
     config: &GroupConfig,
     join: Join,
+    uuid: uuid::Uuid,
     max_size: usize,
     now: Instant,
 ) -> Reply<JoinGroupResponse> {
     let prefix = join.instance_id.as_deref().unwrap_or(&join.client_id);
-    let new_id = format!("{prefix}-{}", uuid::Uuid::new_v4());
+    let new_id = format!("{prefix}-{uuid}");
     let version = join.version;
     if let Some(old_id) = join
         .instance_id
@@ -1262,6 +1423,16 @@ fn maybe_prepare_rebalance(
     }
 }
 
+/// Takes the assignment back from every member and answers those waiting in SyncGroup with `error`.
+fn fail_assignment(group: &mut Group, error: i16) {
+    for m in group.members.values_mut() {
+        m.assignment = Bytes::new();
+        if let Some(tx) = m.sync_waiter.take() {
+            let _ = tx.send(sync_error(error));
+        }
+    }
+}
+
 fn prepare_rebalance(group: &mut Group, writer: &mut Writer, config: &GroupConfig, now: Instant) {
     if group.state == GroupState::CompletingRebalance {
         // The assignment of the aborted generation never reaches anyone.
@@ -1274,6 +1445,7 @@ fn prepare_rebalance(group: &mut Group, writer: &mut Writer, config: &GroupConfi
     }
     group.pending_sync.clear();
     group.sync_deadline = None;
+    group.persisting = None;
     let was_empty = group.state == GroupState::Empty;
     group.transition(GroupState::PreparingRebalance);
     let rebalance_ms = group.rebalance_timeout().as_millis() as u64;
@@ -1405,7 +1577,10 @@ fn remove_member_and_update(
 }
 
 fn group_timers(group: &mut Group, writer: &mut Writer, config: &GroupConfig, now: Instant) {
-    super::consumer::consumer_timers(group, now);
+    if super::consumer::consumer_timers(group, now) {
+        // Members fenced: the log says so before anyone is given their partitions.
+        writer.persist_consumer(group);
+    }
     // KIP-394 ids never used.
     let before = group.pending_members.len();
     group.pending_members.retain(|_, deadline| *deadline > now);
@@ -1459,12 +1634,13 @@ fn group_timers(group: &mut Group, writer: &mut Writer, config: &GroupConfig, no
 
 /// Applies one replayed record to the in-memory state.
 fn apply_record(
-    groups: &mut HashMap<String, Group>,
+    groups: &mut BTreeMap<String, Group>,
     partition: u32,
     key: &[u8],
     value: Option<&[u8]>,
     now: Instant,
 ) {
+    let key_bytes = key;
     let Some(key) = records::decode_key(key) else {
         return;
     };
@@ -1496,7 +1672,10 @@ fn apply_record(
             None => {
                 if let Some(g) = groups.get_mut(&group) {
                     g.offsets.remove(&(topic, p));
-                    if g.persisted_metadata.is_none() && g.offsets.is_empty() {
+                    if g.persisted_metadata.is_none()
+                        && g.persisted_consumer.is_empty()
+                        && g.offsets.is_empty()
+                    {
                         groups.remove(&group);
                     }
                 }
@@ -1563,12 +1742,34 @@ fn apply_record(
             }
             None => {
                 if let Some(g) = groups.get_mut(&group) {
-                    if g.offsets.is_empty() {
+                    if g.offsets.is_empty() && g.persisted_consumer.is_empty() {
                         groups.remove(&group);
                     } else {
                         let offsets = std::mem::take(&mut g.offsets);
+                        let consumer = std::mem::take(&mut g.persisted_consumer);
                         *g = Group::new(group, partition, wall_ms());
                         g.offsets = offsets;
+                        g.persisted_consumer = consumer;
+                    }
+                }
+            }
+        },
+        RecordKey::Consumer { group } => match value {
+            Some(v) => {
+                groups
+                    .entry(group.clone())
+                    .or_insert_with(|| Group::new(group, partition, wall_ms()))
+                    .persisted_consumer
+                    .insert(key_bytes.to_vec(), v.to_vec());
+            }
+            None => {
+                if let Some(g) = groups.get_mut(&group) {
+                    g.persisted_consumer.remove(key_bytes);
+                    if g.persisted_metadata.is_none()
+                        && g.persisted_consumer.is_empty()
+                        && g.offsets.is_empty()
+                    {
+                        groups.remove(&group);
                     }
                 }
             }

@@ -3,8 +3,11 @@
 //! `CurrentAssignmentBuilder` reconciliation: a member first gives up (revokes) partitions it keeps no more,
 //! then gets the new ones once their previous owners have released them.
 //!
-//! Membership of these groups is kept in memory only (committed offsets are logged like any other): after a
-//! restart members are unknown, get UNKNOWN_MEMBER_ID, and rejoin with epoch 0, which Kafka's clients do.
+//! The group's state is logged as Kafka logs it ([`super::consumer_records`], record types 3-8: group epoch,
+//! subscribed topics, members, target assignment, each member's current assignment) before an answer that
+//! depends on it, and a coordinator that takes the group over (a restart, a failover) replays it: members carry
+//! on in their epochs with their partitions, and no partition is handed to a newcomer before its previous owner
+//! has released it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -16,10 +19,11 @@ use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use super::classic::{s, wall_ms, Group, GroupState, State};
+use super::consumer_records::{self as rec, Key};
 use super::{code, ClientInfo, TopicCatalog};
 
 /// Partitions by topic id.
-pub(super) type Parts = BTreeMap<Uuid, BTreeSet<i32>>;
+pub(super) type Parts = rec::Parts;
 
 /// Server-side assignors, as Kafka names them; the first is the default (`group.consumer.assignors`).
 pub const ASSIGNORS: &[&str] = &["uniform", "range"];
@@ -63,6 +67,173 @@ pub(super) struct ConsumerGroup {
 }
 
 impl ConsumerGroup {
+    /// The records that describe this group in `__consumer_offsets`, encoded key to encoded value: what a
+    /// coordinator replaying the log rebuilds it from ([`ConsumerGroup::from_records`]).
+    pub(super) fn records(&self, group: &str) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        let group = group.to_string();
+        let mut out = BTreeMap::new();
+        out.insert(
+            Key::Metadata {
+                group: group.clone(),
+            }
+            .encode(),
+            rec::epoch_value(self.group_epoch),
+        );
+        out.insert(
+            Key::PartitionMetadata {
+                group: group.clone(),
+            }
+            .encode(),
+            rec::partition_metadata_value(&self.subscription_metadata),
+        );
+        out.insert(
+            Key::TargetMetadata {
+                group: group.clone(),
+            }
+            .encode(),
+            rec::epoch_value(self.assignment_epoch),
+        );
+        for m in self.members.values() {
+            let (g, id) = (&group, &m.id);
+            out.insert(
+                Key::Member {
+                    group: g.clone(),
+                    member: id.clone(),
+                }
+                .encode(),
+                rec::member_value(&rec::MemberMetadata {
+                    instance_id: m.instance_id.clone(),
+                    rack_id: m.rack_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    subscribed: m.subscribed.clone(),
+                    rebalance_timeout_ms: m.rebalance_timeout_ms,
+                    server_assignor: m.assignor.clone(),
+                }),
+            );
+            if let Some(target) = self.target.get(id) {
+                out.insert(
+                    Key::TargetMember {
+                        group: g.clone(),
+                        member: id.clone(),
+                    }
+                    .encode(),
+                    rec::target_value(target),
+                );
+            }
+            out.insert(
+                Key::Current {
+                    group: g.clone(),
+                    member: id.clone(),
+                }
+                .encode(),
+                rec::current_value(&rec::CurrentAssignment {
+                    epoch: m.epoch,
+                    previous_epoch: m.previous_epoch,
+                    state: match m.state {
+                        MemberState::Stable => rec::STATE_STABLE,
+                        MemberState::UnrevokedPartitions => rec::STATE_UNREVOKED_PARTITIONS,
+                        MemberState::UnreleasedPartitions => rec::STATE_UNRELEASED_PARTITIONS,
+                    },
+                    assigned: m.assigned.clone(),
+                    pending_revocation: m.pending_revocation.clone(),
+                }),
+            );
+        }
+        out
+    }
+
+    /// Rebuilds a group from its replayed records (what [`ConsumerGroup::records`] wrote). Undecodable records are
+    /// skipped (logged); a member needs its metadata record, and starts with nothing assigned at epoch 0 if its
+    /// assignment record is missing. Session timeouts start now, and a revocation in progress gets its member's
+    /// rebalance timeout from now, as Kafka does when it loads a group.
+    pub(super) fn from_records(
+        group: &str,
+        records: &BTreeMap<Vec<u8>, Vec<u8>>,
+        now: Instant,
+        session: Duration,
+    ) -> ConsumerGroup {
+        let mut cg = ConsumerGroup::default();
+        let mut currents = BTreeMap::new();
+        for (key, value) in records {
+            let Some(key) = Key::decode(key) else {
+                continue;
+            };
+            let decoded = match &key {
+                Key::Metadata { .. } => rec::decode_epoch_value(value)
+                    .map(|e| cg.group_epoch = e)
+                    .is_some(),
+                Key::PartitionMetadata { .. } => rec::decode_partition_metadata_value(value)
+                    .map(|t| cg.subscription_metadata = t)
+                    .is_some(),
+                Key::TargetMetadata { .. } => rec::decode_epoch_value(value)
+                    .map(|e| cg.assignment_epoch = e)
+                    .is_some(),
+                Key::TargetMember { member, .. } => rec::decode_target_value(value)
+                    .map(|t| cg.target.insert(member.clone(), t))
+                    .is_some(),
+                Key::Current { member, .. } => rec::decode_current_value(value)
+                    .map(|c| currents.insert(member.clone(), c))
+                    .is_some(),
+                Key::Member { member, .. } => rec::decode_member_value(value)
+                    .map(|m| {
+                        cg.members.insert(
+                            member.clone(),
+                            ConsumerMember {
+                                id: member.clone(),
+                                instance_id: m.instance_id,
+                                rack_id: m.rack_id,
+                                client_id: m.client_id,
+                                client_host: m.client_host,
+                                epoch: 0,
+                                previous_epoch: -1,
+                                state: MemberState::Stable,
+                                rebalance_timeout_ms: m.rebalance_timeout_ms,
+                                subscribed: m.subscribed,
+                                assignor: m.server_assignor,
+                                assigned: Parts::new(),
+                                pending_revocation: Parts::new(),
+                                session_deadline: now + session,
+                                revocation_deadline: None,
+                                left_static: false,
+                            },
+                        )
+                    })
+                    .is_some(),
+            };
+            if !decoded {
+                tracing::warn!(%group, ?key, "skipping an undecodable consumer group record");
+            }
+        }
+        for (id, c) in currents {
+            let Some(m) = cg.members.get_mut(&id) else {
+                continue;
+            };
+            m.epoch = c.epoch;
+            m.previous_epoch = c.previous_epoch;
+            m.left_static = c.epoch == -2;
+            m.state = match c.state {
+                rec::STATE_UNREVOKED_PARTITIONS => MemberState::UnrevokedPartitions,
+                rec::STATE_UNRELEASED_PARTITIONS => MemberState::UnreleasedPartitions,
+                _ => MemberState::Stable,
+            };
+            m.assigned = c.assigned;
+            m.pending_revocation = c.pending_revocation;
+            if m.state == MemberState::UnrevokedPartitions {
+                m.revocation_deadline =
+                    Some(now + Duration::from_millis(m.rebalance_timeout_ms.max(0) as u64));
+            }
+        }
+        cg.target.retain(|id, _| cg.members.contains_key(id));
+        cg.assignor = cg
+            .members
+            .values()
+            .filter_map(|m| m.assignor.clone())
+            .next()
+            .unwrap_or_else(|| ASSIGNORS[0].to_string());
+        cg
+    }
+
     pub fn state_name(&self) -> &'static str {
         if self.members.is_empty() {
             "Empty"
@@ -387,7 +558,35 @@ fn hb_error(error: i16, message: &str) -> ConsumerGroupHeartbeatResponse {
 }
 
 impl State {
+    /// A heartbeat, its changes to the group appended to the log before the answer (which the caller sends only
+    /// once they are committed). A refused append answers COORDINATOR_NOT_AVAILABLE: the member retries, at the
+    /// coordinator it finds then.
     pub fn consumer_heartbeat(
+        &mut self,
+        req: ConsumerGroupHeartbeatRequest,
+        version: i16,
+        client: &ClientInfo,
+        catalog: &dyn TopicCatalog,
+        now: Instant,
+    ) -> ConsumerGroupHeartbeatResponse {
+        let group_id = req.group_id.0.to_string();
+        let resp = self.consumer_heartbeat_in_memory(req, version, client, catalog, now);
+        let Some(group) = self.groups.get_mut(&group_id) else {
+            return resp;
+        };
+        if !self.writer.persist_consumer(group) {
+            return hb_error(
+                code::COORDINATOR_NOT_AVAILABLE,
+                "The group's new state could not be written to its __consumer_offsets partition; retry.",
+            );
+        }
+        // An answer from state loaded from the log (no write of its own) also waits until that state is
+        // committed: a leader elected next could not take it back.
+        self.writer.wait_for_log_end(group.partition);
+        resp
+    }
+
+    fn consumer_heartbeat_in_memory(
         &mut self,
         req: ConsumerGroupHeartbeatRequest,
         version: i16,
@@ -443,7 +642,7 @@ impl State {
                 if version >= 1 {
                     return hb_error(code::INVALID_REQUEST, "MemberId can't be empty.");
                 }
-                member_id = Uuid::new_v4().to_string();
+                member_id = Uuid::from_u128(rand::Rng::gen(&mut self.member_ids)).to_string();
             }
         } else if member_id.is_empty() {
             return hb_error(code::INVALID_REQUEST, "MemberId can't be empty.");

@@ -29,6 +29,7 @@
 mod admin;
 mod classic;
 mod consumer;
+pub mod consumer_records;
 mod offsets;
 pub mod records;
 pub(crate) mod store;
@@ -118,6 +119,9 @@ pub struct GroupConfig {
     pub consumer_heartbeat_interval_ms: i32,
     /// `lag.window.commits` (10): commits kept per group and partition for lag health (`ops::lag_health`).
     pub lag_window_commits: usize,
+    /// Seeds the member ids the coordinator hands out (`BrokerEnv::seed`, the simulator's): `None` draws them
+    /// from the operating system's randomness, as Kafka's UUIDs.
+    pub member_id_seed: Option<u64>,
 }
 
 impl Default for GroupConfig {
@@ -138,6 +142,7 @@ impl Default for GroupConfig {
             consumer_session_timeout_ms: 45_000,
             consumer_heartbeat_interval_ms: 5_000,
             lag_window_commits: 10,
+            member_id_seed: None,
         }
     }
 }
@@ -467,13 +472,27 @@ impl GroupCoordinator {
         if let Err(error) = self.ready(req.group_id.0.as_str()).await {
             return classic::sync_error(error);
         }
-        let (outcome, syncs) = {
+        let group_id = req.group_id.0.to_string();
+        let (outcome, persisting, syncs) = {
             let mut state = self.shared.state.lock();
-            let outcome = state.sync_group(req, api_version, clock_now());
-            (outcome, state.take_waits())
+            let (outcome, persisting) = state.sync_group(req, api_version, clock_now());
+            (outcome, persisting, state.take_waits())
         };
-        self.after_change(syncs).await;
+        let committed = self.after_change(syncs).await;
+        if let Some(generation) = persisting {
+            // The leader's assignment: the members hear of it only now that it is committed (or not).
+            let waits = {
+                let mut state = self.shared.state.lock();
+                state.complete_sync(&group_id, generation, committed, clock_now());
+                state.take_waits()
+            };
+            self.after_change(waits).await;
+        }
         match outcome {
+            // An assignment handed out at once (a stable group) waited for the log it came from to be committed.
+            classic::Reply::Now(resp) if resp.error_code == code::NONE && !committed => {
+                classic::sync_error(code::COORDINATOR_NOT_AVAILABLE)
+            }
             classic::Reply::Now(resp) => resp,
             classic::Reply::Later(rx) => rx
                 .await
@@ -849,7 +868,16 @@ impl GroupCoordinator {
             let resp = state.consumer_heartbeat(req, api_version, client, topics, clock_now());
             (resp, state.take_waits())
         };
-        self.after_change(syncs).await;
+        // The member hears of its epoch and partitions only once the log holds them.
+        if !self.after_change(syncs).await && resp.error_code == code::NONE {
+            return ConsumerGroupHeartbeatResponse::default()
+                .with_error_code(code::COORDINATOR_NOT_AVAILABLE)
+                .with_error_message(Some(
+                    "The group's new state was not committed to its __consumer_offsets partition in time; retry."
+                        .into(),
+                ))
+                .with_member_id(resp.member_id);
+        }
         resp
     }
 
@@ -1125,7 +1153,9 @@ fn reconcile(shared: &Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>> {
 /// Replays one partition and installs its groups, unless leadership moved meanwhile. Blocking.
 fn load_partition(shared: &Arc<Shared>, partition: u32, leader_epoch: i32, part: Arc<Partition>) {
     let started = clock_now();
-    match classic::load(&part, partition) {
+    let consumer_session =
+        Duration::from_millis(shared.config.consumer_session_timeout_ms.max(1) as u64);
+    match classic::load(&part, partition, consumer_session) {
         Ok(loaded) => {
             let groups = loaded.groups.len();
             if shared

@@ -111,6 +111,7 @@ impl State {
             if let Some(g) = self.groups.get(&group_id) {
                 if g.state == GroupState::Empty
                     && g.persisted_metadata.is_none()
+                    && g.persisted_consumer.is_empty()
                     && g.offsets.is_empty()
                     && g.members.is_empty()
                 {
@@ -487,6 +488,10 @@ impl State {
                         value: None,
                     });
                 }
+                records.extend(g.persisted_consumer.keys().map(|k| Record {
+                    key: k.clone(),
+                    value: None,
+                }));
                 dead_groups.push(g.id.clone());
             }
             if !records.is_empty() {

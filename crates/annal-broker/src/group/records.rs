@@ -32,6 +32,10 @@ pub enum RecordKey {
     Group {
         group: String,
     },
+    /// One of a consumer-protocol group's records (types 3-8, [`super::consumer_records`]).
+    Consumer {
+        group: String,
+    },
 }
 
 /// `OffsetCommitValue`.
@@ -131,7 +135,7 @@ pub fn group_value(v: &GroupValue) -> Vec<u8> {
 }
 
 /// Decodes a key; `None` for a key we do not know (Kafka 4 writes other record types to other topics, and
-/// versions 0/1 are offset keys, 2 is a group key).
+/// versions 0/1 are offset keys, 2 is a group key, 3-8 a consumer-protocol group's).
 pub fn decode_key(bytes: &[u8]) -> Option<RecordKey> {
     let mut r = Reader(bytes);
     match r.i16()? {
@@ -141,6 +145,9 @@ pub fn decode_key(bytes: &[u8]) -> Option<RecordKey> {
             partition: r.i32()?,
         }),
         2 => Some(RecordKey::Group { group: r.string()? }),
+        t if super::consumer_records::is_consumer_type(t) => {
+            Some(RecordKey::Consumer { group: r.string()? })
+        }
         _ => None,
     }
 }

@@ -3,7 +3,7 @@
 //! only when the transaction's COMMIT marker reaches that partition ([`State::complete_transaction`]); an ABORT
 //! drops them. Replaying a partition does the same with the markers in its log.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use annal_log::batch::ProducerFields;
@@ -22,7 +22,7 @@ pub(super) type PendingOffsets = BTreeMap<(String, String, i32), OffsetEntry>;
 /// The open transactions' offsets of the partitions this coordinator owns, by (partition, producer id).
 #[derive(Default)]
 pub(super) struct TxnPending {
-    pub by_producer: HashMap<(u32, i64), PendingOffsets>,
+    pub by_producer: BTreeMap<(u32, i64), PendingOffsets>,
 }
 
 impl TxnPending {
@@ -222,7 +222,7 @@ impl State {
 /// What replaying a partition found of transactions: offsets of transactions still open at the log end.
 pub(super) fn open_at_end(
     partition: u32,
-    pending: HashMap<i64, PendingOffsets>,
+    pending: BTreeMap<i64, PendingOffsets>,
 ) -> impl Iterator<Item = ((u32, i64), PendingOffsets)> {
     pending
         .into_iter()

@@ -303,6 +303,8 @@ async fn a_silent_member_is_fenced_and_a_static_member_returns_to_its_partitions
     let t = topics(&[("t", 4)]);
     let mut a = Member::new(Some("static-a"));
     let mut b = Member::new(None);
+    // B's last heartbeat is in `settle`: its session ends at least 400 ms after this.
+    let before_b_last_heartbeat = std::time::Instant::now();
     settle(&c, &t, &mut [&mut a, &mut b], &[2, 2]).await;
     let a_parts = a.owned.clone();
 
@@ -344,7 +346,10 @@ async fn a_silent_member_is_fenced_and_a_static_member_returns_to_its_partitions
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(done, "b's partitions moved after its session timeout");
-    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(
+        before_b_last_heartbeat.elapsed() >= Duration::from_millis(400),
+        "not before b's session timeout"
+    );
     assert_eq!(
         b.heartbeat(&c, &t, &["t"]).await.error_code,
         UNKNOWN_MEMBER_ID
@@ -354,4 +359,174 @@ async fn a_silent_member_is_fenced_and_a_static_member_returns_to_its_partitions
     grown.0.get_mut("t").unwrap().id = *back.owned.keys().next().unwrap();
     back.heartbeat(&c, &grown, &["t"]).await;
     assert_eq!(back.count(), 6);
+}
+
+/// A coordinator that takes a consumer group over (here a restart on the same log; a failover replays the same
+/// records) carries on from what the log says: members keep their epochs and partitions, a revocation in
+/// progress stays in progress, and a newcomer gets no partition its previous owner has not released. Before the
+/// group's records were logged, the restarted coordinator knew no members: the newcomer got every partition at
+/// once while the old members still consumed theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_coordinator_carries_on_the_group_from_its_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = topics(&[("t", 6)]);
+    let mut a = Member::new(None);
+    let mut b = Member::new(Some("static-b"));
+    let c = open(dir.path(), fast_config());
+    settle(&c, &t, &mut [&mut a, &mut b], &[3, 3]).await;
+    // C joins: A and B are asked to give up one partition each; A hears of it, B does not before the restart.
+    let mut newcomer = Member::new(None);
+    newcomer.heartbeat(&c, &t, &["t"]).await;
+    assert_eq!(newcomer.count(), 0, "A and B still own everything");
+    let before_revoke = a.owned.clone();
+    let r = a.heartbeat(&c, &t, &["t"]).await;
+    assert_eq!(r.error_code, NONE);
+    assert_eq!(a.count(), 2, "A is asked to revoke one partition");
+    let revoked_by_a: BTreeSet<(Uuid, i32)> = before_revoke
+        .iter()
+        .flat_map(|(t, ps)| ps.iter().map(move |p| (*t, *p)))
+        .filter(|(t, p)| !a.owned.get(t).is_some_and(|o| o.contains(p)))
+        .collect();
+    assert_eq!(revoked_by_a.len(), 1);
+    let epochs = (a.epoch, b.epoch, newcomer.epoch);
+    // A crash: the coordinator is dropped, not shut down.
+    drop(c);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let c = open(dir.path(), fast_config());
+    let req = wire(
+        ConsumerGroupDescribeRequest::default().with_group_ids(vec![s(GROUP).into()]),
+        1,
+    );
+    let d = answer(c.consumer_group_describe(req, 1, &t).await, 1)
+        .groups
+        .remove(0);
+    assert_eq!(d.error_code, NONE, "{:?}", d.error_message);
+    assert_eq!(
+        d.members.len(),
+        3,
+        "every member is known after the restart"
+    );
+    assert_eq!(d.group_state.as_str(), "Reconciling");
+    // B, who had not heard of the rebalance, still holds its three partitions in its old epoch.
+    let r = b.heartbeat(&c, &t, &["t"]).await;
+    assert_eq!(r.error_code, NONE, "{:?}", r.error_message);
+    assert_eq!(b.count(), 2, "B is now asked to revoke one");
+    // The newcomer gets nothing still owned: A has not reported its revocation yet, B neither.
+    let r = newcomer.heartbeat(&c, &t, &["t"]).await;
+    assert_eq!(r.error_code, NONE, "{:?}", r.error_message);
+    assert_eq!(r.member_epoch, epochs.2, "the newcomer keeps its epoch");
+    no_overlap(&[&a, &b, &newcomer]);
+    assert_eq!(newcomer.count(), 0);
+    // A, in its epoch from before the restart, reports the partition released; then B; then all settle.
+    let r = a.heartbeat(&c, &t, &["t"]).await;
+    assert_eq!(
+        r.error_code, NONE,
+        "A's epoch {} survives: {:?}",
+        epochs.0, r.error_message
+    );
+    settle(&c, &t, &mut [&mut a, &mut b, &mut newcomer], &[2, 2, 2]).await;
+    assert!(
+        revoked_by_a
+            .iter()
+            .all(|(t, p)| !a.owned.get(t).is_some_and(|o| o.contains(p))),
+        "A does not get back what it revoked"
+    );
+    let settled_epoch = a.epoch;
+
+    // A clean restart: the settled group comes back as it was, and a silent member is still fenced in time.
+    c.shutdown().await;
+    drop(c);
+    let c = open(
+        dir.path(),
+        GroupConfig {
+            consumer_session_timeout_ms: 400,
+            ..fast_config()
+        },
+    );
+    for m in [&mut a, &mut b] {
+        let r = m.heartbeat(&c, &t, &["t"]).await;
+        assert_eq!((r.error_code, r.member_epoch), (NONE, settled_epoch));
+        assert_eq!(m.count(), 2);
+    }
+    // The newcomer stays silent: after its session timeout its partitions go to A and B.
+    let mut a_and_b = [&mut a, &mut b];
+    for _ in 0..40 {
+        for m in a_and_b.iter_mut() {
+            m.heartbeat(&c, &t, &["t"]).await;
+        }
+        if a_and_b.iter().map(|m| m.count()).sum::<usize>() == 6 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(a_and_b.iter().map(|m| m.count()).sum::<usize>(), 6);
+    let r = newcomer.heartbeat(&c, &t, &["t"]).await;
+    assert_eq!(r.error_code, UNKNOWN_MEMBER_ID);
+    c.shutdown().await;
+}
+
+/// Members that leave are gone after a restart too, and a deleted group stays deleted: their records are
+/// tombstoned, not just forgotten in memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_that_left_and_a_deleted_group_stay_gone_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = topics(&[("t", 2)]);
+    let mut a = Member::new(None);
+    let mut b = Member::new(None);
+    let c = open(dir.path(), fast_config());
+    settle(&c, &t, &mut [&mut a, &mut b], &[1, 1]).await;
+    let leave = |m: &Member| {
+        wire(
+            ConsumerGroupHeartbeatRequest::default()
+                .with_group_id(s(GROUP).into())
+                .with_member_id(s(&m.id))
+                .with_member_epoch(-1),
+            1,
+        )
+    };
+    let r = c
+        .consumer_group_heartbeat(leave(&b), 1, &client("k"), &t)
+        .await;
+    assert_eq!(r.error_code, NONE);
+    drop(c);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let c = open(dir.path(), fast_config());
+    let d = describe_group(&c, &t).await;
+    assert_eq!(d.error_code, NONE);
+    let ids: Vec<&str> = d.members.iter().map(|m| m.member_id.as_str()).collect();
+    assert_eq!(ids, vec![a.id.as_str()], "B left before the restart");
+    let r = c
+        .consumer_group_heartbeat(leave(&a), 1, &client("k"), &t)
+        .await;
+    assert_eq!(r.error_code, NONE);
+    let del = DeleteGroupsRequest::default().with_groups_names(vec![s(GROUP).into()]);
+    assert_eq!(
+        c.delete_groups(wire(del, 2), 2).await.results[0].error_code,
+        NONE
+    );
+    drop(c);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let c = open(dir.path(), fast_config());
+    assert_eq!(
+        describe_group(&c, &t).await.error_code,
+        69,
+        "GROUP_ID_NOT_FOUND"
+    );
+    c.shutdown().await;
+}
+
+async fn describe_group(
+    c: &GroupCoordinator,
+    t: &Topics,
+) -> consumer_group_describe_response::DescribedGroup {
+    let req = wire(
+        ConsumerGroupDescribeRequest::default().with_group_ids(vec![s(GROUP).into()]),
+        1,
+    );
+    answer(c.consumer_group_describe(req, 1, t).await, 1)
+        .groups
+        .remove(0)
 }
