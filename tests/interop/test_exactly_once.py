@@ -26,7 +26,8 @@ TXN_TIMEOUT_MS_CLUSTER = 20000
 
 
 class Copier(_JavaTool):
-    """A TransactionalMessageCopier process: `processed` is its last reported count of committed copies."""
+    """A TransactionalMessageCopier process: `processed` is its last reported count of committed copies, its own
+    only (a copier that takes over starts at 0)."""
 
     def __init__(self, workdir, bootstrap, source, sink, transactional_id, group, name, txn_timeout_ms):
         self.processed = 0
@@ -133,7 +134,9 @@ def run_copy(workdir, bootstrap, replication_factor, txn_timeout_ms, during_run=
     second = Copier(workdir, bootstrap, source, sink, transactional_id, group, "copier-2", txn_timeout_ms)
     try:
         if during_run:
-            wait_processed(second, first.processed + RECORDS // 6)
+            # `processed` counts this copier's own copies (from 0): it starts where the first one's commits end,
+            # so half of what the first left is the middle of its run.
+            wait_processed(second, min(RECORDS // 6, (RECORDS - first.processed) // 2))
             during_run(sink)
         second.wait_done()
     finally:

@@ -4,6 +4,8 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use annal_metadata::env::testing::{planted, PlantedBug};
+
 use super::markers::Marker;
 use super::state::{TxnMetadata, TxnState, NO_PRODUCER_EPOCH, NO_PRODUCER_ID};
 use super::{code, log, Shared, TxnCoordinator};
@@ -114,14 +116,22 @@ impl TxnCoordinator {
                 return Err(code::CONCURRENT_TRANSACTIONS);
             }
             if let Some((pid, epoch)) = expected {
+                // An id whose metadata was just created (its first InitProducerId is being written, or it expired)
+                // has no producer to fence: the producer continues under the id's producer id, as in Kafka.
+                let fresh = m.producer_epoch == NO_PRODUCER_EPOCH;
                 let current = pid == m.producer_id && epoch == m.producer_epoch;
-                // A retried InitProducerId whose answer was lost: the producer still has the previous epoch.
-                let retried =
-                    pid == m.producer_id && epoch == m.last_producer_epoch && m.state.is_complete();
+                // A retried InitProducerId whose answer was lost: the producer still has the previous epoch. Safe
+                // only because a new producer's InitProducerId and a fence clear `last_producer_epoch`: otherwise a
+                // fenced zombie claiming the epoch before the new producer's would be handed the new producer's
+                // epoch (Kafka's `prepareIncrementProducerEpoch`).
+                let retried = pid == m.producer_id
+                    && epoch == m.last_producer_epoch
+                    && m.last_producer_epoch != NO_PRODUCER_EPOCH
+                    && m.state.is_complete();
                 if retried {
                     return Ok((m.producer_id, m.producer_epoch));
                 }
-                if !current {
+                if !current && !fresh {
                     return Err(code::PRODUCER_FENCED);
                 }
             }
@@ -147,7 +157,16 @@ impl TxnCoordinator {
                         next.producer_epoch = 0;
                         next.last_producer_epoch = NO_PRODUCER_EPOCH;
                     } else {
-                        next.last_producer_epoch = m.producer_epoch;
+                        // The producer that asked with its current epoch may retry with it if this answer is lost;
+                        // a new producer (no expected epoch) leaves nothing to retry, and no epoch a zombie could
+                        // claim.
+                        next.last_producer_epoch = if expected.is_some()
+                            || planted(PlantedBug::FencedEpochCountsAsRetry)
+                        {
+                            m.producer_epoch
+                        } else {
+                            NO_PRODUCER_EPOCH
+                        };
                         next.producer_epoch = if m.producer_epoch == NO_PRODUCER_EPOCH {
                             0
                         } else {
@@ -503,9 +522,14 @@ fn end_tv2(
 pub(super) fn fenced_abort(m: &TxnMetadata, now: i64) -> TxnMetadata {
     let mut next = m.clone();
     if m.producer_epoch < i16::MAX {
-        next.last_producer_epoch = m.producer_epoch;
         next.producer_epoch = m.producer_epoch + 1;
     }
+    // The fenced producer's epoch must never count as a retry of a bump (Kafka's `prepareFenceProducerEpoch`).
+    next.last_producer_epoch = if planted(PlantedBug::FencedEpochCountsAsRetry) {
+        m.producer_epoch
+    } else {
+        NO_PRODUCER_EPOCH
+    };
     next.state = TxnState::PrepareAbort;
     next.last_update_ms = now;
     next

@@ -83,6 +83,27 @@ pub async fn init_expecting(
     }
 }
 
+/// A new producer's InitProducerId retried while the coordinator aborts the transaction its first try fenced
+/// (CONCURRENT_TRANSACTIONS, and nothing else, until then): the producer id and epoch it finally gets.
+pub async fn init_once_the_fence_completes(c: &mut Client, id: &str) -> (i64, i16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (e, pid, epoch) = init(c, id, 60_000, 4).await;
+        if e == 0 {
+            return (pid, epoch);
+        }
+        assert_eq!(
+            e, 51,
+            "only CONCURRENT_TRANSACTIONS while the fence completes"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the fenced transaction never completed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// AddPartitionsToTxn v0-3: each partition's error code, in request order.
 pub async fn add_partitions(
     c: &mut Client,
