@@ -6,6 +6,8 @@ pub const UNKNOWN_SERVER_ERROR: i16 = -1;
 pub const OFFSET_OUT_OF_RANGE: i16 = 1;
 pub const CORRUPT_MESSAGE: i16 = 2;
 pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+/// A topic being created: registered, its partitions not installed yet (clients retry).
+pub const LEADER_NOT_AVAILABLE: i16 = 5;
 pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 pub const REQUEST_TIMED_OUT: i16 = 7;
 pub const MESSAGE_TOO_LARGE: i16 = 10;

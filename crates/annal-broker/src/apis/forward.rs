@@ -54,7 +54,8 @@ pub async fn create_topics(
                 wait_until(|| {
                     created.iter().all(|n| {
                         let rm = broker.replica_manager();
-                        rm.topic(n).is_some() && rm.partitions_of(n).iter().all(|p| p.leader() >= 0)
+                        rm.topic_is_installed(n, 0)
+                            && rm.partitions_of(n).iter().all(|p| p.leader() >= 0)
                     })
                 })
                 .await;
@@ -142,23 +143,37 @@ pub async fn create_partitions(
         .map(|t| (t.name.0.to_string(), t.count))
         .collect();
     let validate_only = req.validate_only;
+    // The partitions each topic had: the new ones, from there on, must be installed and led before the answer.
+    let before: Vec<i32> = wanted
+        .iter()
+        .map(|(n, _)| {
+            broker
+                .replica_manager()
+                .topic(n)
+                .map_or(0, |t| t.partition_count)
+        })
+        .collect();
     match cluster.channel().send(&req, version).await {
         Ok(resp) => {
             if !validate_only {
-                let grown: Vec<&(String, i32)> = wanted
+                let grown: Vec<(&(String, i32), i32)> = wanted
                     .iter()
-                    .filter(|(n, _)| {
+                    .zip(before)
+                    .filter(|((n, _), _)| {
                         resp.results
                             .iter()
                             .any(|r| r.name.0.as_str() == n && r.error_code == code::NONE)
                     })
                     .collect();
                 wait_until(|| {
-                    grown.iter().all(|(n, count)| {
-                        broker
-                            .replica_manager()
-                            .topic(n)
-                            .is_some_and(|t| t.partition_count >= *count)
+                    grown.iter().all(|((n, count), before)| {
+                        let rm = broker.replica_manager();
+                        rm.topic_is_installed(n, *count)
+                            && rm
+                                .partitions_of(n)
+                                .iter()
+                                .skip(usize::try_from(*before).unwrap_or(0))
+                                .all(|p| p.leader() >= 0)
                     })
                 })
                 .await;

@@ -52,22 +52,19 @@ pub async fn handle(
                     None => broker.replica_manager.topic_by_id(rt.topic_id),
                 };
                 let topic = match (topic, &name) {
-                    (Some(t), _) => Some(t),
+                    (Some(t), _) => Ok(t),
                     (None, Some(n)) if allow_create && invalid_topic_name(n).is_none() => {
                         auto_create(broker, n).await
                     }
-                    _ => None,
+                    (None, Some(n)) if invalid_topic_name(n).is_some() => {
+                        Err(code::INVALID_TOPIC_EXCEPTION)
+                    }
+                    (None, Some(_)) => Err(code::UNKNOWN_TOPIC_OR_PARTITION),
+                    (None, None) => Err(code::UNKNOWN_TOPIC_ID),
                 };
                 match topic {
-                    Some(t) => topics.push(describe(broker, &t, version, with_ops)),
-                    None => {
-                        let error = match &name {
-                            Some(n) if invalid_topic_name(n).is_some() => {
-                                code::INVALID_TOPIC_EXCEPTION
-                            }
-                            Some(_) => code::UNKNOWN_TOPIC_OR_PARTITION,
-                            None => code::UNKNOWN_TOPIC_ID,
-                        };
+                    Ok(t) => topics.push(describe(broker, &t, version, with_ops)),
+                    Err(error) => {
                         topics.push(
                             MetadataResponseTopic::default()
                                 .with_error_code(error)
@@ -105,9 +102,8 @@ pub async fn handle(
 /// A topic's partitions as this broker's replica manager holds them: leader, leader epoch, replicas and ISR.
 fn describe(broker: &Broker, t: &Topic, version: i16, with_ops: bool) -> MetadataResponseTopic {
     let ids = |v: Vec<i32>| v.into_iter().map(BrokerId).collect::<Vec<_>>();
-    let partitions = broker
-        .replica_manager
-        .partitions_of(&t.name)
+    let installed = broker.replica_manager.partitions_of(&t.name);
+    let partitions: Vec<_> = installed
         .iter()
         .map(|p| {
             MetadataResponsePartition::default()
@@ -118,7 +114,15 @@ fn describe(broker: &Broker, t: &Topic, version: i16, with_ops: bool) -> Metadat
                 .with_isr_nodes(ids(p.isr()))
         })
         .collect();
+    // Registered a moment ago, its partitions not installed yet: what Kafka answers for a topic being
+    // created, which every client retries (an empty partition list with no error reads as a topic of none).
+    let error = if partitions.is_empty() && t.partition_count > 0 {
+        code::LEADER_NOT_AVAILABLE
+    } else {
+        code::NONE
+    };
     let mut topic = MetadataResponseTopic::default()
+        .with_error_code(error)
         .with_name(Some(topic_name(&t.name)))
         .with_is_internal(t.name == crate::group::OFFSETS_TOPIC)
         .with_partitions(partitions);
@@ -168,9 +172,11 @@ fn brokers_and_controller(broker: &Broker) -> (Vec<BrokerView>, i32) {
     (brokers, controller)
 }
 
-/// Metadata's auto-creation: a CreateTopics (default partitions and replication factor) through the controller;
-/// the topic is listed if it is visible here once that returns.
-async fn auto_create(broker: &Arc<Broker>, name: &str) -> Option<Arc<Topic>> {
+/// Metadata's auto-creation: a CreateTopics (default partitions and replication factor) through the controller.
+/// The topic once it is visible here with its partitions installed; otherwise LEADER_NOT_AVAILABLE, Kafka's
+/// answer for a topic being created, which clients retry (another client's creation may not be applied here
+/// yet, or the controller refused it, which is logged).
+async fn auto_create(broker: &Arc<Broker>, name: &str) -> Result<Arc<Topic>, i16> {
     let cluster = broker.cluster();
     let req = CreateTopicsRequest::default()
         .with_topics(vec![CreatableTopic::default()
@@ -179,12 +185,22 @@ async fn auto_create(broker: &Arc<Broker>, name: &str) -> Option<Arc<Topic>> {
             .with_replication_factor(-1)])
         .with_timeout_ms(30_000);
     let resp = super::forward::create_topics(broker, cluster, 5, req).await;
+    let mut exists = false;
     for t in &resp.topics {
-        if t.error_code != code::NONE && t.error_code != code::TOPIC_ALREADY_EXISTS {
+        if t.error_code == code::NONE || t.error_code == code::TOPIC_ALREADY_EXISTS {
+            exists = true;
+        } else {
             tracing::info!(topic = %name, error_code = t.error_code, message = ?t.error_message, "auto-create through the controller failed");
         }
     }
-    broker.replica_manager.topic(name)
+    if exists {
+        // Created by another client a moment ago: the controller has it, this broker may not have applied it.
+        super::forward::wait_until(|| broker.replica_manager.topic_is_installed(name, 0)).await;
+    }
+    broker
+        .replica_manager
+        .topic(name)
+        .ok_or(code::LEADER_NOT_AVAILABLE)
 }
 
 /// DescribeQuorum on a broker: forwarded to the active controller, which knows every voter's progress (a

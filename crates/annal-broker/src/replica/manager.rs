@@ -289,6 +289,17 @@ impl ReplicaManager {
             .unwrap_or_default()
     }
 
+    /// Whether the topic is registered with at least `count` partitions and every one of them is installed
+    /// here. The registry learns a topic (or its new count) a moment before its partitions are installed: a
+    /// request answered in between would see a topic with fewer partitions than it has.
+    pub fn topic_is_installed(&self, name: &str, count: i32) -> bool {
+        let Some(topic) = self.topic(name) else {
+            return false;
+        };
+        let installed = self.partitions_of(name).len();
+        i32::try_from(installed).is_ok_and(|n| n >= topic.partition_count.max(count))
+    }
+
     /// Every partition this broker holds.
     pub fn all_partitions(&self) -> Vec<Arc<Partition>> {
         self.partitions.read().values().flatten().cloned().collect()

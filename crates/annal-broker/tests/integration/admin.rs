@@ -352,6 +352,24 @@ async fn metadata_auto_creates_when_allowed() {
         metadata(&mut c, Some(&["bad name"]), true).await.topics[0].error_code,
         17
     );
+    // Several clients auto-creating one topic at once: one creates it, the others find it registered, perhaps
+    // before its partitions are installed. None may be told it has no partitions: each sees the whole topic, or
+    // LEADER_NOT_AVAILABLE (a topic being created, which clients retry) with none listed.
+    let mut racers = Vec::new();
+    for _ in 0..4 {
+        let mut c = broker.client().await;
+        racers.push(tokio::spawn(async move {
+            let md = metadata(&mut c, Some(&["raced"]), true).await;
+            (md.topics[0].error_code, md.topics[0].partitions.len())
+        }));
+    }
+    for racer in racers {
+        let (error, partitions) = racer.await.unwrap();
+        assert!(
+            (error, partitions) == (0, 2) || (error, partitions) == (5, 0),
+            "an auto-created topic of 2 partitions was described with error {error} and {partitions} partitions"
+        );
+    }
     broker.stop().await.unwrap();
 
     let dir = tempfile::tempdir().unwrap();
