@@ -135,6 +135,15 @@ pub(crate) fn sync_data(file: &File, path: &Path) -> std::io::Result<()> {
     file.sync_data()
 }
 
+/// Whether `dir`'s disk is full or fails fsyncs now (a slow disk is not faulty: it only waits).
+pub fn refuses(dir: &Path) -> bool {
+    ANY.load(Ordering::Relaxed)
+        && FAULTY
+            .lock()
+            .iter()
+            .any(|f| f.dir == dir && matches!(f.kind, Kind::Full | Kind::FailingFsync))
+}
+
 /// Whether any directory has a fault (one relaxed load): callers check it before working out a path.
 pub fn any() -> bool {
     ANY.load(Ordering::Relaxed)

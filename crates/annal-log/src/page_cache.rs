@@ -9,6 +9,10 @@
 //! length. Index files are not tracked: recovery already treats them as hints to check, and they are rebuilt from
 //! the segment when they disagree.
 //!
+//! A power loss need not lose a tail whole: [`lose_unsynced_torn`] lets the simulator choose, per file, a [`Tear`]
+//! (a prefix of the unsynced bytes written back, or the file's new length on disk with zeros where its data never
+//! arrived), the torn last writes that recovery must cut at the first batch that does not check out.
+//!
 //! Off (one relaxed load per fsync) in every other process. Tracking is process-wide, not per thread: a log's
 //! fsyncs run on its own threads (the roll flush, the I/O pool), and the simulator runs one seed at a time per
 //! process anyway.
@@ -68,17 +72,40 @@ pub(crate) fn mark_durable(file: &File) {
     }
 }
 
-/// A file cut back by [`lose_unsynced`]: its path, its length before and after.
+/// A file cut back by [`lose_unsynced`]: its path, its length before and after, and where zeros start if the
+/// tear left some ([`Tear::Zeroed`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LostTail {
     pub path: PathBuf,
     pub from: u64,
     pub to: u64,
+    pub zeroed_from: Option<u64>,
+}
+
+/// What a power loss leaves of one file's unsynced bytes (`unsynced` of them past its durable length).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tear {
+    /// None of them: the file is cut back to its durable length.
+    Lost,
+    /// The first `kept` of them reached the disk (pages written back in order, the last one perhaps in part).
+    Prefix { kept: u64 },
+    /// The file keeps its length but reads as zeros from `from` (counted from the durable length) on: the new
+    /// size reached the disk (the filesystem's journal) before the data blocks did.
+    Zeroed { from: u64 },
 }
 
 /// Cuts every tracked file under `dir` (recursively) back to its durable length, as a crash loses what was in
 /// the page cache only. Walks the directory in name order, so the result is the same in every run.
 pub fn lose_unsynced(dir: &Path) -> std::io::Result<Vec<LostTail>> {
+    lose_unsynced_torn(dir, &mut |_| Tear::Lost)
+}
+
+/// [`lose_unsynced`], where `tear(unsynced)` chooses what each file with `unsynced` bytes past its durable length
+/// keeps of them. Called in path order, so a seeded `tear` gives the same result in every run.
+pub fn lose_unsynced_torn(
+    dir: &Path,
+    tear: &mut dyn FnMut(u64) -> Tear,
+) -> std::io::Result<Vec<LostTail>> {
     let mut lost = Vec::new();
     let mut pending = vec![dir.to_path_buf()];
     while let Some(d) = pending.pop() {
@@ -90,14 +117,17 @@ pub fn lose_unsynced(dir: &Path) -> std::io::Result<Vec<LostTail>> {
             Err(e) => return Err(e),
         };
         entries.sort();
-        for path in entries.into_iter().rev() {
+        let mut subdirs = Vec::new();
+        for path in entries {
             let meta = std::fs::symlink_metadata(&path)?;
             if meta.is_dir() {
-                pending.push(path);
+                subdirs.push(path);
                 continue;
             }
-            lost.extend(cut_back(path, &meta)?);
+            lost.extend(cut_back(path, &meta, tear)?);
         }
+        // Depth first, in name order: the subdirectories go on the stack last name first.
+        pending.extend(subdirs.into_iter().rev());
     }
     lost.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(lost)
@@ -106,27 +136,40 @@ pub fn lose_unsynced(dir: &Path) -> std::io::Result<Vec<LostTail>> {
 /// [`lose_unsynced`] for one file (a file whose fsync failed); `None` if it had nothing unsynced or is gone.
 pub fn lose_unsynced_file(path: &Path) -> std::io::Result<Option<LostTail>> {
     match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.is_file() => cut_back(path.to_path_buf(), &meta),
+        Ok(meta) if meta.is_file() => cut_back(path.to_path_buf(), &meta, &mut |_| Tear::Lost),
         Ok(_) => Ok(None),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }
 }
 
-/// Cuts a tracked file longer than its durable length back to it.
-fn cut_back(path: PathBuf, meta: &std::fs::Metadata) -> std::io::Result<Option<LostTail>> {
+/// Cuts a tracked file longer than its durable length back to what `tear` leaves of its unsynced bytes.
+fn cut_back(
+    path: PathBuf,
+    meta: &std::fs::Metadata,
+    tear: &mut dyn FnMut(u64) -> Tear,
+) -> std::io::Result<Option<LostTail>> {
     let durable = DURABLE.lock().get(&(meta.dev(), meta.ino())).copied();
-    let Some(to) = durable.filter(|&to| to < meta.len()) else {
+    let Some(durable) = durable.filter(|&to| to < meta.len()) else {
         return Ok(None);
     };
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&path)?
-        .set_len(to)?;
+    let unsynced = meta.len() - durable;
+    let file = std::fs::OpenOptions::new().write(true).open(&path)?;
+    let (to, zeroed_from) = match tear(unsynced) {
+        Tear::Lost => (durable, None),
+        Tear::Prefix { kept } => (durable + kept.min(unsynced), None),
+        Tear::Zeroed { from } => (meta.len(), Some(durable + from.min(unsynced))),
+    };
+    if let Some(zeroed_from) = zeroed_from {
+        // Cutting and extending again reads back as zeros, as blocks the data never reached do.
+        file.set_len(zeroed_from)?;
+    }
+    file.set_len(to)?;
     Ok(Some(LostTail {
         path,
         from: meta.len(),
         to,
+        zeroed_from,
     }))
 }
 
@@ -157,13 +200,56 @@ mod tests {
         freeze(false);
         drop(synced);
         let lost = lose_unsynced(dir.path()).unwrap();
+
+        // Torn tails: a prefix written back, or the new length with zeros where the data never arrived.
+        let prefix_path = nested.join("00000000000000000100.log");
+        let zeroed_path = nested.join("00000000000000000200.log");
+        let mut tears = vec![Tear::Zeroed { from: 3 }, Tear::Prefix { kept: 2 }];
+        for path in [&prefix_path, &zeroed_path] {
+            let mut f = File::create(path).unwrap();
+            f.write_all(b"ab").unwrap();
+            f.sync_data().unwrap();
+            mark_durable(&f);
+            f.write_all(b"cdefgh").unwrap();
+        }
+        let mut asked = Vec::new();
+        let torn = lose_unsynced_torn(dir.path(), &mut |unsynced| {
+            asked.push(unsynced);
+            tears.pop().unwrap()
+        })
+        .unwrap();
         stop_tracking();
+        assert_eq!(
+            asked,
+            vec![6, 6],
+            "each torn file is asked about once, in path order"
+        );
+        assert_eq!(
+            torn,
+            vec![
+                LostTail {
+                    path: prefix_path.clone(),
+                    from: 8,
+                    to: 4,
+                    zeroed_from: None,
+                },
+                LostTail {
+                    path: zeroed_path.clone(),
+                    from: 8,
+                    to: 8,
+                    zeroed_from: Some(5),
+                },
+            ]
+        );
+        assert_eq!(std::fs::read(&prefix_path).unwrap(), b"abcd");
+        assert_eq!(std::fs::read(&zeroed_path).unwrap(), b"abcde\0\0\0");
         assert_eq!(
             lost,
             vec![LostTail {
                 path: synced_path.clone(),
                 from: 16,
-                to: 7
+                to: 7,
+                zeroed_from: None,
             }]
         );
         assert_eq!(std::fs::read(&synced_path).unwrap(), b"durable");

@@ -105,12 +105,22 @@ fn crash_writer_child() {
     let mut flushed = std::fs::OpenOptions::new()
         .append(true)
         .create(true)
-        .open(flushed_file)
+        .open(&flushed_file)
         .expect("flushed-offsets file");
-    let record_flushed = |flushed: &mut std::fs::File, upto: i64| {
-        writeln!(flushed, "{upto}").expect("record flushed offset");
+    // A writer killed mid-line left a line without its newline: end it, or this writer's first line would
+    // continue it ("891" + "897" read as 891897).
+    let previous = std::fs::read(&flushed_file).expect("read flushed-offsets file");
+    if previous.last().is_some_and(|&b| b != b'\n') {
+        flushed.write_all(b"\n").expect("end a torn line");
+    }
+    // One write(2) per line (`writeln!` may make two: the number, then the newline).
+    let record = |flushed: &mut std::fs::File, line: String| {
+        flushed
+            .write_all(format!("{line}\n").as_bytes())
+            .expect("record a line");
         flushed.sync_data().expect("fsync flushed-offsets file");
     };
+    let record_flushed = |flushed: &mut std::fs::File, upto: i64| record(flushed, upto.to_string());
     loop {
         append_next(&mut log);
         let end = log.log_end_offset();
@@ -141,8 +151,7 @@ fn crash_writer_child() {
                 let base = batch::BatchHeader::parse(&bytes)
                     .expect("a batch")
                     .base_offset;
-                writeln!(flushed, "T {base}").expect("record truncation");
-                flushed.sync_data().expect("fsync flushed-offsets file");
+                record(&mut flushed, format!("T {base}"));
                 log.truncate_to(base).expect("truncate");
             }
         }
@@ -154,7 +163,8 @@ fn crash_writer_child() {
 }
 
 /// The offset below which the log must hold everything: the highest flushed offset recorded, lowered by every
-/// truncation recorded after it. (A torn last line reads as a smaller number: conservative.)
+/// truncation recorded after it. (A torn last line reads as a smaller number: conservative. The next writer ends
+/// it with a newline before writing its own lines.)
 fn max_flushed(path: &Path) -> i64 {
     let mut guaranteed = 0;
     for line in std::fs::read_to_string(path).unwrap_or_default().lines() {

@@ -40,6 +40,9 @@ struct Observed {
     log: Mutex<Log>,
     syncs: AtomicU64,
     fail: AtomicBool,
+    /// Appends made while `fail` is set; a failing fsync waits for `pile_up` of them.
+    failing_appends: AtomicU64,
+    pile_up: AtomicU64,
 }
 
 impl DurableLog for Observed {
@@ -50,8 +53,15 @@ impl DurableLog for Observed {
     fn sync(&self, handle: &SyncHandle) -> std::io::Result<()> {
         self.syncs.fetch_add(1, Ordering::SeqCst);
         if self.fail.load(Ordering::SeqCst) {
-            // Let the other appenders pile up behind this fsync, as they would behind a slow failing disk.
-            std::thread::sleep(Duration::from_millis(50));
+            // Let the other appenders pile up behind this fsync, as they would behind a slow failing disk: every
+            // one of them appends before it fails (once it has, the log refuses appends). Bounded, in case one
+            // never comes.
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while self.failing_appends.load(Ordering::SeqCst) < self.pile_up.load(Ordering::SeqCst)
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             return Err(std::io::Error::from_raw_os_error(libc::EIO));
         }
         handle.sync()
@@ -63,6 +73,8 @@ fn observed(dir: &std::path::Path) -> Arc<Observed> {
         log: Mutex::new(Log::open(dir, small_segments()).unwrap()),
         syncs: AtomicU64::new(0),
         fail: AtomicBool::new(false),
+        failing_appends: AtomicU64::new(0),
+        pile_up: AtomicU64::new(0),
     })
 }
 
@@ -119,6 +131,7 @@ fn an_fsync_error_reaches_every_waiter_and_every_later_one() {
     commit.wait_durable(info.last_offset).unwrap();
     let durable_before = log.log.lock().flushed_offset();
 
+    log.pile_up.store(THREADS as u64, Ordering::SeqCst);
     log.fail.store(true, Ordering::SeqCst);
     let start = Barrier::new(THREADS);
     let errors: Vec<DurableError> = std::thread::scope(|s| {
@@ -132,6 +145,7 @@ fn an_fsync_error_reaches_every_waiter_and_every_later_one() {
                         .lock()
                         .append(&mut batch(t + 1), &AppendOptions::default())
                         .unwrap();
+                    log.failing_appends.fetch_add(1, Ordering::SeqCst);
                     commit.wait_durable(info.last_offset).unwrap_err()
                 })
             })
