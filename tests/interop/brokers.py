@@ -9,6 +9,7 @@ Which broker the tests drive is chosen by the environment:
 """
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -33,24 +34,47 @@ def remove_workdir(path):
         shutil.rmtree(path, ignore_errors=True)
 
 
+# Ports are handed out below the kernel's ephemeral range: a port from bind(("127.0.0.1", 0)) is an ephemeral one,
+# and any outgoing connection (a client's, a cluster node's to its peers) may take it as its local port before the
+# broker it was meant for binds it: CI lost a cluster to that ("http.listen=127.0.0.1:39837: cannot listen: Address
+# already in use"). Below the range a port is only ever taken by a bind to that port by name.
+_PORT_FLOOR = 10000
+_handed_out = set()  # every port this process handed out: two brokers, or two listeners of one, never share one
+_rng = random.Random(os.getpid() ^ time.time_ns())
+
+
+def _ephemeral_floor():
+    try:
+        low, _high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low
+    except (OSError, ValueError):
+        return 32768  # Linux's default
+
+
+def _bindable(port):
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
 def free_port(consecutive=1):
-    """A loopback port that is free now (and, with consecutive=2, the next one too, for Kafka's controller)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port + consecutive > 65535:
+    """A loopback port that is free now and below the ephemeral range (with consecutive=k, the k-1 next ones too,
+    e.g. for a Kafka node's controller port). No port is handed out twice by one test process."""
+    ceiling = _ephemeral_floor()
+    if ceiling - consecutive <= _PORT_FLOOR:
+        raise RuntimeError(f"the ephemeral port range starts at {ceiling}: no room below it for test brokers; "
+                           f"raise it with sysctl net.ipv4.ip_local_port_range")
+    for _ in range(1000):
+        port = _rng.randrange(_PORT_FLOOR, ceiling - consecutive + 1)
+        run = range(port, port + consecutive)
+        if any(p in _handed_out for p in run) or not all(_bindable(p) for p in run):
             continue
-        ok = True
-        for extra in range(1, consecutive):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port + extra))
-                except OSError:
-                    ok = False
-        if ok:
-            return port
-    raise RuntimeError("no free loopback port found")
+        _handed_out.update(run)
+        return port
+    raise RuntimeError(f"no run of {consecutive} free loopback ports found in {_PORT_FLOOR}..{ceiling - 1}")
 
 
 def api_versions_answered(host, port, timeout=2.0):

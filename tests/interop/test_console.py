@@ -99,6 +99,8 @@ def tid(pg, name):
 
 def expect(locator):
     from playwright.sync_api import expect as pw_expect
+    # Assertions have their own timeout (5 s unless set), not the page's default: give them the page's.
+    pw_expect.set_options(timeout=TIMEOUT_MS)
     return pw_expect(locator)
 
 

@@ -81,8 +81,8 @@ def prometheus(annal_with_http):
     config = os.path.join(workdir, "prometheus.yml")
     with open(config, "w") as f:
         f.write(f"""global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
+  scrape_interval: 2s
+  scrape_timeout: 2s
   evaluation_interval: 1s
 scrape_configs:
   - job_name: annal
@@ -142,6 +142,19 @@ def wait_for_value(url, promql, expected):
     raise AssertionError(f"Prometheus never answered {promql} = {expected}; last answer {last}")
 
 
+def wait_for_answer(url, promql, check):
+    """Polls Prometheus until `check` holds for what `promql` answers (a late scrape marks series stale for a
+    moment); returns that answer."""
+    deadline = time.monotonic() + TIMEOUT_S
+    last = None
+    while time.monotonic() < deadline:
+        last = query(url, promql)
+        if check(last):
+            return last
+        time.sleep(0.5)
+    raise AssertionError(f"Prometheus never gave the answer wanted for {promql}; last answer {last}")
+
+
 def test_prometheus_scrapes_produced_records_and_group_lag(annal_with_http, prometheus):
     b = annal_with_http
     topic = "prom-traffic"
@@ -172,7 +185,6 @@ def test_prometheus_scrapes_produced_records_and_group_lag(annal_with_http, prom
     wait_for_value(prometheus, 'annal_group_lag_records_sum{group="prom-reader"}', 120.0)
     wait_for_value(prometheus, 'annal_group_lag_records_max{group="prom-reader"}', 120.0)
     # PromQL over the series: bytes were fetched by the consumer, and the request histogram has Fetch buckets.
-    fetched = query(prometheus, f'annal_topic_bytes_fetched_total{{topic="{topic}"}}')
-    assert fetched and fetched[0][1] > 0, fetched
-    assert query(prometheus, 'sum(annal_request_duration_seconds_count{api="Fetch"}) > 0'), \
-        "no Fetch latency samples in Prometheus"
+    wait_for_answer(prometheus, f'annal_topic_bytes_fetched_total{{topic="{topic}"}}',
+                    lambda a: a and a[0][1] > 0)
+    wait_for_answer(prometheus, 'sum(annal_request_duration_seconds_count{api="Fetch"}) > 0', bool)

@@ -15,7 +15,7 @@ import urllib.request
 
 import confluent_kafka as ck
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
 from cluster import HttpCluster
 
@@ -62,9 +62,11 @@ def test_every_replica_keeps_what_a_guarded_group_has_not_consumed(cluster):
     c = cluster
     admin = AdminClient({"bootstrap.servers": c.bootstrap})
     retention = {"segment.bytes": "1024", "retention.ms": "3000", "min.insync.replicas": "2"}
+    # The guarded topic keeps everything until the group has committed (a retention pass before the commit
+    # would have nothing to guard), then gets the same 3 s.
     fs = admin.create_topics([
         NewTopic(GUARDED, num_partitions=1, replication_factor=SIZE,
-                 config={**retention, "retention.guard.groups": GROUP}),
+                 config={**retention, "retention.ms": "-1", "retention.guard.groups": GROUP}),
         NewTopic(PLAIN, num_partitions=1, replication_factor=SIZE, config=retention),
     ], operation_timeout=30)
     for f in fs.values():
@@ -83,7 +85,13 @@ def test_every_replica_keeps_what_a_guarded_group_has_not_consumed(cluster):
     # The group has consumed 10 of the guarded topic's records (it commits as an empty group).
     committer = ck.Consumer({"bootstrap.servers": c.bootstrap, "group.id": GROUP, "enable.auto.commit": False})
     committer.commit(offsets=[ck.TopicPartition(GUARDED, 0, COMMITTED)], asynchronous=False)
+    committed = committer.committed([ck.TopicPartition(GUARDED, 0)], timeout=TIMEOUT_S)
+    assert committed[0].offset == COMMITTED, committed
     committer.close()
+    res = ConfigResource(ResourceType.TOPIC, GUARDED, incremental_configs=[
+        ConfigEntry("retention.ms", "3000", incremental_operation=AlterConfigOpType.SET)])
+    for f in admin.incremental_alter_configs([res]).values():
+        f.result(timeout=TIMEOUT_S)
 
     # Retention runs on every node: the unguarded topic's whole log goes everywhere...
     seen = {}

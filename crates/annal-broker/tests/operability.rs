@@ -121,14 +121,17 @@ async fn metrics_and_group_health_over_http() {
         .await
         .unwrap();
 
-    // The same offset committed three times with lag: STALL (Burrow's rule 4), group ERR.
-    for _ in 0..3 {
+    // The same offset committed three times with lag: STALL (Burrow's rule 4), group ERR; or STOP (rule 3), also
+    // ERR, once longer than the window spans has passed since the last commit (a slow GET on a loaded machine).
+    for i in 0..3 {
         let codes = client
             .commit_offsets("stalled", "ops", &BTreeMap::from([(0, 4)]))
             .await
             .unwrap();
         assert_eq!(codes.get(&0), Some(&0));
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        if i < 2 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
     }
 
     let (status, body) = get(http, "/v1/groups/stalled").await;
@@ -136,7 +139,7 @@ async fn metrics_and_group_health_over_http() {
     let g: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(g["status"], "ERR", "{g}");
     let p = &g["partitions"][0];
-    assert_eq!(p["status"], "STALL", "{g}");
+    assert!(p["status"] == "STALL" || p["status"] == "STOP", "{g}");
     assert_eq!(p["lag"], 6, "{g}");
     assert_eq!(p["window"].as_array().unwrap().len(), 3, "{g}");
     // The first unconsumed record (offset 4) was stamped a minute ago.

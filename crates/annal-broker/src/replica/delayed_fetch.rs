@@ -45,7 +45,6 @@ impl FetchWatchers {
     }
 
     /// How many fetches wait on this partition.
-    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.waiting.lock().len()
     }

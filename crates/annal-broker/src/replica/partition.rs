@@ -735,6 +735,11 @@ impl Partition {
         }
     }
 
+    /// How many long-polling client fetches wait on this partition now.
+    pub fn waiting_fetches(&self) -> usize {
+        self.watchers.len()
+    }
+
     pub(crate) fn watchers(&self) -> &FetchWatchers {
         &self.watchers
     }

@@ -86,11 +86,9 @@ async fn produce_and_fetch_semantics() {
         0
     );
     let (waited, vals) = waiter.await.unwrap();
+    // The record, well before the fetch's 10 s max wait (had it waited in vain, it would have come back empty).
     assert_eq!(vals, vec![(0, "late".to_string())]);
-    assert!(
-        waited >= Duration::from_millis(250) && waited < Duration::from_secs(5),
-        "waited {waited:?}"
-    );
+    assert!(waited < Duration::from_secs(8), "waited {waited:?}");
     // And with nothing arriving it returns empty after max_wait_ms.
     let started = Instant::now();
     let p = fetch(&mut c, "data", 1, 1, 12, 300).await;
@@ -486,7 +484,7 @@ async fn retention_runs_per_topic_config() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_answers_long_polls_and_closes_cleanly() {
     let dir = tempfile::tempdir().unwrap();
-    let broker = TestBroker::start(dir.path(), &[]).await;
+    let (broker, handle) = TestBroker::start_with_handle(dir.path(), &[]).await;
     let mut c = broker.client().await;
     create_topic(&mut c, "sd", 1, &[]).await;
     assert_eq!(
@@ -500,11 +498,19 @@ async fn shutdown_answers_long_polls_and_closes_cleanly() {
         let mut c2 = Client::connect(addr).await;
         fetch(&mut c2, "sd", 0, 1, 12, 30_000).await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Stop once the long poll waits (a stop before it connects would refuse its connection instead).
+    let part = handle.replica_manager().partition("sd", 0).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while part.waiting_fetches() == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(part.waiting_fetches(), 1, "the long poll waits");
+    drop((part, handle));
     let started = Instant::now();
     broker.stop().await.unwrap();
+    // Well before the poll's 30 s max wait: shutdown answers it rather than waiting it out.
     assert!(
-        started.elapsed() < Duration::from_secs(5),
+        started.elapsed() < Duration::from_secs(20),
         "shutdown took {:?}",
         started.elapsed()
     );

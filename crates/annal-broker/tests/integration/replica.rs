@@ -240,7 +240,17 @@ async fn acks_all_needs_min_insync_replicas_in_the_isr() {
     let waiting = tokio::spawn(async move {
         produce_with_timeout(&mut slow, "isr", batch(&["c"], 1_700_000_000_000), 5000).await
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Appended on the leader (its log end moves to 3), and waiting for the follower.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while part.log_end_offset() < 3 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        part.log_end_offset(),
+        3,
+        "the acks=all produce was appended"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(!waiting.is_finished(), "acks=all waits for the follower");
     let pd = replica_fetch(&mut replica, "isr", follower, 1, 3, 1).await;
     assert_eq!((pd.error_code, pd.high_watermark), (0, 3));
@@ -367,7 +377,13 @@ async fn a_long_poll_wakes_only_for_its_own_partition() {
 
     // Now data for A arrives during the wait: the fetch is woken and returns it.
     let poll = tokio::spawn(async move { fetch(&mut poller, "lp", 0, 0, 12, 20_000).await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Once the fetch waits on A (not before: it would find the record at once, with no wake-up).
+    let a = broker.replica_manager().partition("lp", 0).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.waiting_fetches() == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(a.waiting_fetches(), 1, "the fetch waits on A");
     assert_eq!(
         produce(&mut setup, "lp", 0, batch(&["a0"], 1_700_000_000_000), 1, 9).await,
         (0, 0)

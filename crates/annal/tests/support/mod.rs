@@ -33,38 +33,57 @@ impl Broker {
             };
         }
         let data = tempfile::tempdir().expect("temp dir");
-        let port = free_port();
-        let addr = format!("127.0.0.1:{port}");
-        // Each test broker has its own HTTP listener: the default port would be shared by every test at once.
-        let http = format!("127.0.0.1:{}", free_port());
         // The broker's log goes to a file: a pipe nobody reads would block it once full.
         let logs = tempfile::tempdir().expect("temp dir");
         let log_path = logs.path().join("broker.log");
-        let log = std::fs::File::create(&log_path).expect("broker log file");
-        let mut child = Command::new(ANNAL)
-            .args(["serve", "--data-dir"])
-            .arg(data.path())
-            .args(["--listen", &addr])
-            .args(["--override", &format!("http.listen={http}")])
-            .stdout(log.try_clone().expect("clone log handle"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn annal serve");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = child.try_wait().expect("poll annal serve") {
-                let err = std::fs::read_to_string(&log_path).unwrap_or_default();
-                panic!("annal serve exited with {status} before listening on {addr}: {err}");
+        // `free_port` only says a port was free a moment ago: a test running alongside may bind it first. The
+        // broker then exits ("cannot listen"), and a probe may even have reached the other process; start again
+        // on other ports.
+        let mut attempt = 0;
+        let (addr, http, child) = loop {
+            attempt += 1;
+            let addr = format!("127.0.0.1:{}", free_port());
+            // Each test broker has its own HTTP listener: the default port would be shared by every test at once.
+            let http = format!("127.0.0.1:{}", free_port());
+            let log = std::fs::File::create(&log_path).expect("broker log file");
+            let mut child = Command::new(ANNAL)
+                .args(["serve", "--data-dir"])
+                .arg(data.path())
+                .args(["--listen", &addr])
+                .args(["--override", &format!("http.listen={http}")])
+                .stdout(log.try_clone().expect("clone log handle"))
+                .stderr(log)
+                .spawn()
+                .expect("spawn annal serve");
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let exited = loop {
+                if let Some(status) = child.try_wait().expect("poll annal serve") {
+                    break Some(status);
+                }
+                // Listening, and still running a moment later (a probe answered by another process while ours
+                // fails to bind would otherwise pass).
+                if TcpStream::connect(&addr).is_ok() {
+                    std::thread::sleep(Duration::from_millis(100));
+                    match child.try_wait().expect("poll annal serve") {
+                        Some(status) => break Some(status),
+                        None => break None,
+                    }
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "annal serve did not listen on {addr} within 30s"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            let Some(status) = exited else {
+                break (addr, http, child);
+            };
+            let err = std::fs::read_to_string(&log_path).unwrap_or_default();
+            if err.contains("cannot listen") && attempt < 5 {
+                continue;
             }
-            if TcpStream::connect(&addr).is_ok() {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "annal serve did not listen on {addr} within 30s"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            panic!("annal serve exited with {status} before listening on {addr}: {err}");
+        };
         Broker {
             addr,
             http: Some(http),
@@ -170,12 +189,33 @@ pub fn wait_with_timeout(mut child: Child, timeout: Duration, args: &[&str]) -> 
     child.wait_with_output().expect("collect output")
 }
 
+/// A loopback port that is free now, from below the kernel's ephemeral range: a port from binding
+/// 127.0.0.1:0 is an ephemeral one, which any outgoing connection (a client's, a node's to its peers) may take as
+/// its local port before the broker it was meant for binds it. Below the range a port is taken only by a bind to
+/// it by name. No port is handed out twice by one test process (tests run in parallel threads).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use rand::Rng;
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    const FLOOR: u16 = 10_000;
+    let ceiling = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768); // Linux's default
+    assert!(
+        ceiling > FLOOR + 100,
+        "the ephemeral port range starts at {ceiling}: no room below it for test brokers"
+    );
+    let mut handed_out = HANDED_OUT.lock().unwrap();
+    let mut rng = rand::thread_rng();
+    for _ in 0..1000 {
+        let port = rng.gen_range(FLOOR..ceiling);
+        if handed_out.contains(&port) || TcpListener::bind(("127.0.0.1", port)).is_err() {
+            continue;
+        }
+        handed_out.push(port);
+        return port;
+    }
+    panic!("no free loopback port found in {FLOOR}..{ceiling}");
 }
 
 pub fn unique_topic(prefix: &str) -> String {

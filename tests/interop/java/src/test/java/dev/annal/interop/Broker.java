@@ -87,25 +87,55 @@ public abstract class Broker implements AutoCloseable {
         return b;
     }
 
-    static int freePort(int consecutive) throws IOException {
-        for (int attempt = 0; attempt < 200; attempt++) {
-            int port;
-            try (ServerSocket s = new ServerSocket(0, 1, java.net.InetAddress.getLoopbackAddress())) {
-                port = s.getLocalPort();
-            }
-            boolean ok = port + consecutive <= 65535;
-            for (int i = 1; ok && i < consecutive; i++) {
-                try (ServerSocket s = new ServerSocket(port + i, 1, java.net.InetAddress.getLoopbackAddress())) {
-                    // free
-                } catch (IOException e) {
-                    ok = false;
-                }
+    /**
+     * Test brokers' ports come from below the kernel's ephemeral range: a port from {@code new ServerSocket(0)} is an
+     * ephemeral one, which any outgoing connection may take as its local port before the broker binds it (the Python
+     * harness lost a cluster to that in CI). No port is handed out twice by one JVM.
+     */
+    private static final int PORT_FLOOR = 10000;
+    private static final java.util.Set<Integer> HANDED_OUT = new java.util.HashSet<>();
+    private static final java.util.Random PORT_RNG = new java.util.Random(ProcessHandle.current().pid() ^ System.nanoTime());
+
+    static synchronized int freePort(int consecutive) throws IOException {
+        int ceiling = ephemeralFloor();
+        if (ceiling - consecutive <= PORT_FLOOR) {
+            throw new IOException("the ephemeral port range starts at " + ceiling + ": no room below it for test brokers");
+        }
+        for (int attempt = 0; attempt < 1000; attempt++) {
+            int port = PORT_FLOOR + PORT_RNG.nextInt(ceiling - consecutive + 1 - PORT_FLOOR);
+            boolean ok = true;
+            for (int i = 0; ok && i < consecutive; i++) {
+                ok = !HANDED_OUT.contains(port + i) && bindable(port + i);
             }
             if (ok) {
+                for (int i = 0; i < consecutive; i++) {
+                    HANDED_OUT.add(port + i);
+                }
                 return port;
             }
         }
-        throw new IOException("no free loopback port");
+        throw new IOException("no run of " + consecutive + " free loopback ports below " + ceiling);
+    }
+
+    private static int ephemeralFloor() {
+        try {
+            // Not Files.readString: procfs reports a size of 0 and readString then returns a truncated read.
+            String range;
+            try (InputStream in = Files.newInputStream(Path.of("/proc/sys/net/ipv4/ip_local_port_range"))) {
+                range = new String(in.readAllBytes(), StandardCharsets.US_ASCII).trim();
+            }
+            return Integer.parseInt(range.split("\\s+")[0]);
+        } catch (IOException | RuntimeException e) {
+            return 32768; // Linux's default
+        }
+    }
+
+    private static boolean bindable(int port) {
+        try (ServerSocket s = new ServerSocket(port, 1, java.net.InetAddress.getLoopbackAddress())) {
+            return true;
+        } catch (IOException e) {
+            return false;
+        }
     }
 
     /** True when the broker answers an ApiVersions v0 request: it is serving, not just listening. */
