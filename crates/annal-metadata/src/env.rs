@@ -127,6 +127,15 @@ pub mod testing {
         /// A read_committed Fetch reads up to the high watermark instead of the last stable offset (it still
         /// reports the true last stable offset): records of transactions not yet ended reach the consumer.
         ReadCommittedAboveStable,
+        /// The transaction coordinator keeps a fenced producer's epoch as the one a KIP-360 retry may claim
+        /// when a new producer of the transactional id takes over (or a fence bumps the epoch): the fenced
+        /// producer re-initialising with it is handed the new producer's epoch, and both commit as one (the bug
+        /// franz-go's zombie test found in Annal).
+        FencedEpochCountsAsRetry,
+        /// The group coordinator ignores a KIP-848 group's records when it loads a `__consumer_offsets`
+        /// partition (Annal before 2026-12-06 kept that membership in memory): after a failover the new
+        /// coordinator knows no members and hands a rejoining member partitions the others still own.
+        ForgetConsumerGroupMembers,
     }
 
     /// What this thread's simulated nodes do differently.

@@ -37,8 +37,6 @@ const COORDINATOR_NOT_AVAILABLE: i16 = 15;
 const NOT_COORDINATOR: i16 = 16;
 /// Whole-request bound (connect, write, answer): a write into a connection nobody reads must not hold the run.
 const REQUEST_BOUND: Duration = Duration::from_secs(6);
-/// After healing, the final OffsetFetch is tried this many times (100 ms apart) before the run fails.
-const FINAL_FETCH_ATTEMPTS: u32 = 200;
 
 /// What the commit check remembers.
 #[derive(Debug, Default)]
@@ -74,9 +72,14 @@ fn retriable(code: i16) -> bool {
     )
 }
 
-async fn find_coordinator(kafka: &mut Kafka, ask: i32) -> Result<i32, i16> {
+/// The coordinator of `group`, as broker `ask` names it, or an error code (-1: no answer).
+pub(crate) async fn find_coordinator(
+    kafka: &mut Kafka,
+    ask: i32,
+    group: &'static str,
+) -> Result<i32, i16> {
     let request = FindCoordinatorRequest::default()
-        .with_key(StrBytes::from_static_str(GROUP))
+        .with_key(StrBytes::from_static_str(group))
         .with_key_type(0);
     let response = kafka
         .send_bounded(ask, &request, (1, 3), REQUEST_BOUND)
@@ -93,10 +96,19 @@ async fn find_coordinator(kafka: &mut Kafka, ask: i32) -> Result<i32, i16> {
     }
 }
 
+/// Who commits: the group, and the member's generation and id (-1 and "" for a standalone consumer).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Committer<'a> {
+    pub group: &'static str,
+    pub generation: i32,
+    pub member_id: &'a str,
+}
+
 /// Commits `offsets` at `coordinator`; the partitions acknowledged, or the first error code.
-async fn commit(
+pub(crate) async fn commit(
     kafka: &mut Kafka,
     coordinator: i32,
+    who: Committer<'_>,
     offsets: &[(Tp, i64)],
 ) -> Result<Vec<(Tp, i64)>, i16> {
     let mut by_topic: BTreeMap<&str, Vec<OffsetCommitRequestPartition>> = BTreeMap::new();
@@ -110,9 +122,9 @@ async fn commit(
         );
     }
     let request = OffsetCommitRequest::default()
-        .with_group_id(GroupId(StrBytes::from_static_str(GROUP)))
-        .with_generation_id_or_member_epoch(-1)
-        .with_member_id(StrBytes::from_static_str(""))
+        .with_group_id(GroupId(StrBytes::from_static_str(who.group)))
+        .with_generation_id_or_member_epoch(who.generation)
+        .with_member_id(StrBytes::from_string(who.member_id.to_string()))
         .with_retention_time_ms(-1)
         .with_topics(
             by_topic
@@ -152,13 +164,18 @@ async fn commit(
 
 /// Fetches the committed offsets of `tps` at `coordinator`: partition -> offset (-1: none committed), or the
 /// error code (the group's, or the first partition's).
-async fn fetch(kafka: &mut Kafka, coordinator: i32, tps: &[Tp]) -> Result<BTreeMap<Tp, i64>, i16> {
+pub(crate) async fn fetch(
+    kafka: &mut Kafka,
+    coordinator: i32,
+    group: &'static str,
+    tps: &[Tp],
+) -> Result<BTreeMap<Tp, i64>, i16> {
     let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
     for (topic, partition) in tps {
         by_topic.entry(topic).or_default().push(*partition);
     }
     let request = OffsetFetchRequest::default()
-        .with_group_id(GroupId(StrBytes::from_static_str(GROUP)))
+        .with_group_id(GroupId(StrBytes::from_static_str(group)))
         .with_topics(Some(
             by_topic
                 .into_iter()
@@ -194,8 +211,9 @@ async fn fetch(kafka: &mut Kafka, coordinator: i32, tps: &[Tp]) -> Result<BTreeM
 
 /// The check: every partition's fetched offset is at least the highest commit acknowledged before the fetch was
 /// sent (`floor`). A partition missing from the answer counts as none committed (-1).
-fn check_fetch(
+pub(crate) fn check_fetch(
     shared: &Shared,
+    group: &'static str,
     coordinator: i32,
     floor: &BTreeMap<Tp, i64>,
     fetched: &BTreeMap<Tp, i64>,
@@ -209,14 +227,17 @@ fn check_fetch(
         .collect();
     history.event(
         at,
-        format!("{when}offset fetch at n{coordinator}: {}", seen.join(" ")),
+        format!(
+            "{when}offset fetch of {group} at n{coordinator}: {}",
+            seen.join(" ")
+        ),
     );
     history.replication.commits.fetches_checked += 1;
     for (tp, acked, got) in backwards(floor, fetched) {
         history.violate(
             at,
             format!(
-                "{when}group {GROUP}'s committed offset of {}-{} fetched as {got} from n{coordinator}, below the \
+                "{when}group {group}'s committed offset of {}-{} fetched as {got} from n{coordinator}, below the \
                  commit of {acked} acknowledged before the fetch: committed offsets moved backwards",
                 tp.0, tp.1
             ),
@@ -252,7 +273,7 @@ pub(crate) async fn committer(shared: Arc<Shared>, seed: u64) {
     };
     while keep_writing(&shared, &mut healed_at) {
         let Some(c) = coordinator else {
-            match find_coordinator(&mut kafka, ask).await {
+            match find_coordinator(&mut kafka, ask, GROUP).await {
                 Ok(c) => {
                     shared.history.lock().event(
                         now_ms(),
@@ -278,7 +299,12 @@ pub(crate) async fn committer(shared: Arc<Shared>, seed: u64) {
             }
         }
         if !offsets.is_empty() {
-            match commit(&mut kafka, c, &offsets).await {
+            let standalone = Committer {
+                group: GROUP,
+                generation: -1,
+                member_id: "",
+            };
+            match commit(&mut kafka, c, standalone, &offsets).await {
                 Ok(acked) => {
                     let at = now_ms();
                     let mut history = shared.history.lock();
@@ -312,8 +338,8 @@ pub(crate) async fn committer(shared: Arc<Shared>, seed: u64) {
         }
         if rng.gen_bool(0.5) {
             let floor = shared.history.lock().replication.commits.acked.clone();
-            match fetch(&mut kafka, c, &tps).await {
-                Ok(fetched) => check_fetch(&shared, c, &floor, &fetched, ""),
+            match fetch(&mut kafka, c, GROUP, &tps).await {
+                Ok(fetched) => check_fetch(&shared, GROUP, c, &floor, &fetched, ""),
                 Err(code) => {
                     coordinator = None;
                     rediscover(
@@ -326,12 +352,29 @@ pub(crate) async fn committer(shared: Arc<Shared>, seed: u64) {
         }
         tokio::time::sleep(Duration::from_millis(rng.gen_range(20..150))).await;
     }
-    // After healing: the coordinator must answer, with every acknowledged commit.
     let floor = shared.history.lock().replication.commits.acked.clone();
-    for _ in 0..FINAL_FETCH_ATTEMPTS {
+    final_fetch(&shared, &mut kafka, GROUP, &tps, &floor, coordinator, ask).await;
+}
+
+/// After healing: `group`'s coordinator must answer an OffsetFetch of `tps`, with every commit acknowledged
+/// (`floor`), within the time the whole cluster has to converge. A time bound, not a count of attempts: recovery
+/// may legitimately wait out the longest timeout on its path (a follower whose fetch went into a connection the
+/// partition black-holed notices after its 30.5 s request timeout, as Kafka's does after
+/// replica.socket.timeout.ms), and until the followers are back in the ISR the read barrier cannot commit.
+pub(crate) async fn final_fetch(
+    shared: &Shared,
+    kafka: &mut Kafka,
+    group: &'static str,
+    tps: &[Tp],
+    floor: &BTreeMap<Tp, i64>,
+    mut coordinator: Option<i32>,
+    mut ask: i32,
+) {
+    let deadline = tokio::time::Instant::now() + crate::CONVERGENCE_MAX;
+    while tokio::time::Instant::now() < deadline {
         let c = match coordinator {
             Some(c) => c,
-            None => match find_coordinator(&mut kafka, ask).await {
+            None => match find_coordinator(kafka, ask, group).await {
                 Ok(c) => c,
                 Err(_) => {
                     ask = ask % VOTERS + 1;
@@ -340,9 +383,9 @@ pub(crate) async fn committer(shared: Arc<Shared>, seed: u64) {
                 }
             },
         };
-        match fetch(&mut kafka, c, &tps).await {
+        match fetch(kafka, c, group, tps).await {
             Ok(fetched) => {
-                check_fetch(&shared, c, &floor, &fetched, "final ");
+                check_fetch(shared, group, c, floor, &fetched, "final ");
                 return;
             }
             Err(_) => {
@@ -355,7 +398,8 @@ pub(crate) async fn committer(shared: Arc<Shared>, seed: u64) {
     shared.history.lock().not_converged(
         now_ms(),
         format!(
-            "group {GROUP}'s coordinator answered no OffsetFetch in {FINAL_FETCH_ATTEMPTS} attempts after healing"
+            "group {group}'s coordinator answered no OffsetFetch within {:?} of healing",
+            crate::CONVERGENCE_MAX
         ),
     );
 }

@@ -156,8 +156,8 @@ pub fn schedule(rng: &mut StdRng, voters: i32, first: Duration, until: Duration)
 
 /// Up to `count` full-disk windows, drawn from their own stream (so the rest of the schedule, and every seed's
 /// meaning, is the same whatever the budget), merged into `schedule` in start order. A window that would
-/// overlap a crash or another window of the same node is left out: a broker that starts on a full disk is not
-/// modelled.
+/// overlap a crash or another window of the same node is left out (a start on a faulty disk is drawn on its own:
+/// [`add_faulty_disk_start`]).
 pub fn add_disk_fulls(
     rng: &mut StdRng,
     schedule: &mut Vec<Scheduled>,
@@ -176,7 +176,7 @@ pub fn add_disk_fulls(
 
 /// Draws where `fault` (a disk fault of one node) lasting `length` starts, between `first` and `until`, and adds it unless
 /// it would overlap a crash or another disk fault of the same node, or come within a second of one (a node
-/// restarted at one window's end would start on a faulty disk, which is not modelled).
+/// restarted at one window's end would start on a faulty disk: [`add_faulty_disk_start`] draws those on purpose).
 fn place_disk_window(
     rng: &mut StdRng,
     schedule: &mut Vec<Scheduled>,
@@ -225,6 +225,39 @@ pub fn add_fsync_faults(
         place_disk_window(rng, schedule, fault, length, first, until);
     }
     schedule.sort_by_key(|s| s.start);
+}
+
+/// With even odds, a full or fsync-failing disk under one crashed node's restart, so that the node starts on a
+/// faulty disk: the window begins up to a second before the crash ends and lasts 1-6 s. Drawn from its own
+/// stream (every seed's other faults stay where they were) and left out when that node has a disk fault of its
+/// own within a second of the window, or when the schedule has no crash.
+pub fn add_faulty_disk_start(rng: &mut StdRng, schedule: &mut Vec<Scheduled>, until: Duration) {
+    let crashes: Vec<(i32, Duration)> = schedule
+        .iter()
+        .filter_map(|s| match s.fault {
+            Fault::Crash(n) if s.end < until => Some((n, s.end)),
+            _ => None,
+        })
+        .collect();
+    if crashes.is_empty() || !rng.gen_bool(0.5) {
+        return;
+    }
+    let (n, restart) = crashes[rng.gen_range(0..crashes.len())];
+    let start = restart.saturating_sub(Duration::from_millis(rng.gen_range(0..1_000)));
+    let end = start + Duration::from_millis(rng.gen_range(1_000..6_000));
+    let fault = if rng.gen_bool(0.5) {
+        Fault::DiskFull(n)
+    } else {
+        Fault::FsyncFails(n)
+    };
+    let margin = Duration::from_secs(1);
+    let clashes = schedule.iter().any(|s| {
+        s.fault.keeps_down(n) || matches!(s.fault, Fault::SlowFsync(m, _) if m == n)
+    } && s.start <= end + margin && start <= s.end + margin);
+    if !clashes {
+        schedule.push(Scheduled { fault, start, end });
+        schedule.sort_by_key(|s| s.start);
+    }
 }
 
 impl Fault {

@@ -15,9 +15,12 @@
 
 pub mod client;
 pub mod committer;
+pub mod consumer_members;
 pub mod faults;
+pub mod group_members;
 pub mod history;
 pub mod net;
+pub mod node_logs;
 mod panic_recorder;
 pub mod replication;
 pub mod transactions;
@@ -58,7 +61,7 @@ pub(crate) const ELECTION_TIMEOUT_MS: u64 = 1000;
 pub(crate) const LEADER_SAMPLE: Duration = Duration::from_millis(10);
 /// After the faults end and everything is healed, the cluster has this long to take a write and apply it
 /// everywhere.
-const CONVERGENCE_MAX: Duration = Duration::from_secs(40);
+pub(crate) const CONVERGENCE_MAX: Duration = Duration::from_secs(40);
 
 /// A fault outside what Raft promises to survive, planted to show that the checks catch what it breaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -113,9 +116,36 @@ pub struct Options {
     /// too.
     pub fsync_faults: u32,
     /// Whether a connection attempt over a cut link times out, as real TCP's does, instead of being refused at
-    /// once, as turmoil's is (`--tcp-timeouts`, `SIM_TCP_TIMEOUTS=1`; `net.rs`). Off by default for now: with it,
-    /// sweeps fail on findings not yet understood (decision 0011).
+    /// once, as turmoil's is (`net.rs`). On by default; `--turmoil-refusals` (`SIM_TCP_TIMEOUTS=0`) turns it off,
+    /// to replay a seed found before it was (decision 0011).
     pub tcp_timeouts: bool,
+    /// Whether a `--brokers` run's workload has consumers in a group ([`group_members`]): members that join, sync,
+    /// heartbeat and commit with their generation. On by default; `--no-group-members` (`SIM_GROUP_MEMBERS=0`)
+    /// leaves them out, to replay a seed found before they existed.
+    pub group_members: bool,
+    /// Whether a `--brokers` run's transactional workload has zombies: its producer recovers from a failed
+    /// transaction with KIP-360's InitProducerId (its id and epoch), and a second producer instance of its
+    /// transactional id ([`transactions::usurper`]) takes the id over once, during the faults, which fences the
+    /// first; the fenced one's re-init must be refused. On by default; `--no-zombie-producer`
+    /// (`SIM_ZOMBIE_PRODUCER=0`) leaves both out (the producer then always starts over with a fresh
+    /// InitProducerId), to replay a seed found before they existed.
+    pub zombie_producer: bool,
+    /// Whether a power loss tears the last writes instead of losing them whole: each file with unsynced bytes
+    /// keeps none of them, a prefix of them, or its new length with zeros from some point on (drawn from a stream
+    /// of its own; `annal_log::page_cache::Tear`), and recovery must cut it at the first batch that does not
+    /// check out. On by default; `--no-torn-writes` (`SIM_TORN_WRITES=0`) loses every unsynced tail whole, to
+    /// replay a seed found before torn writes existed.
+    pub torn_writes: bool,
+    /// Whether a `--brokers` run may restart a node on a faulty disk: with even odds, a full or fsync-failing
+    /// disk window covers one crashed node's restart ([`faults::add_faulty_disk_start`], a stream of its own).
+    /// A start the disk refuses exits, and the node is started again once the window ends, as a supervisor
+    /// would. On by default; `--no-faulty-disk-start` (`SIM_FAULTY_DISK_START=0`) leaves it out, to replay a
+    /// seed found before it existed.
+    pub faulty_disk_start: bool,
+    /// Whether a `--brokers` run's workload has KIP-848 consumers ([`consumer_members`]): members of the consumer
+    /// group protocol whose partitions must never have two owners at once, across coordinator failovers. Off by
+    /// default (it changes every seed's run); `--consumer-members` (`SIM_CONSUMER_MEMBERS=1`) adds them.
+    pub consumer_members: bool,
 }
 
 /// [`Options::fsync_faults`] unless set.
@@ -157,7 +187,12 @@ impl Default for Options {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(DEFAULT_FSYNC_FAULTS),
-            tcp_timeouts: std::env::var("SIM_TCP_TIMEOUTS").is_ok_and(|v| v == "1"),
+            tcp_timeouts: std::env::var("SIM_TCP_TIMEOUTS").map_or(true, |v| v != "0"),
+            group_members: std::env::var("SIM_GROUP_MEMBERS").map_or(true, |v| v != "0"),
+            zombie_producer: std::env::var("SIM_ZOMBIE_PRODUCER").map_or(true, |v| v != "0"),
+            torn_writes: std::env::var("SIM_TORN_WRITES").map_or(true, |v| v != "0"),
+            faulty_disk_start: std::env::var("SIM_FAULTY_DISK_START").map_or(true, |v| v != "0"),
+            consumer_members: std::env::var("SIM_CONSUMER_MEMBERS").is_ok_and(|v| v == "1"),
         }
     }
 }
@@ -217,6 +252,12 @@ impl Report {
             Planted::Replication(PlantedBug::ReadCommittedAboveStable) => {
                 " --plant-read-committed-above-stable"
             }
+            Planted::Replication(PlantedBug::FencedEpochCountsAsRetry) => {
+                " --plant-fenced-epoch-retry"
+            }
+            Planted::Replication(PlantedBug::ForgetConsumerGroupMembers) => {
+                " --plant-forget-consumer-members"
+            }
             Planted::Replication(PlantedBug::Nothing) => "",
         };
         let (env_brokers, flag_brokers) = if self.options.brokers {
@@ -262,14 +303,49 @@ impl Report {
                 format!("{flag_disk} --fsync-faults {n}"),
             )
         };
-        let (env_disk, flag_disk) = if self.options.tcp_timeouts {
+        // The workload's parts that are on by default: each one off is named, in this order.
+        let switches_off = [
             (
-                format!("{env_disk}SIM_TCP_TIMEOUTS=1 "),
-                format!("{flag_disk} --tcp-timeouts"),
-            )
-        } else {
-            (env_disk, flag_disk)
-        };
+                self.options.tcp_timeouts,
+                "SIM_TCP_TIMEOUTS",
+                "--turmoil-refusals",
+            ),
+            (
+                self.options.group_members,
+                "SIM_GROUP_MEMBERS",
+                "--no-group-members",
+            ),
+            (
+                self.options.zombie_producer,
+                "SIM_ZOMBIE_PRODUCER",
+                "--no-zombie-producer",
+            ),
+            (
+                self.options.torn_writes,
+                "SIM_TORN_WRITES",
+                "--no-torn-writes",
+            ),
+            (
+                self.options.faulty_disk_start,
+                "SIM_FAULTY_DISK_START",
+                "--no-faulty-disk-start",
+            ),
+        ];
+        let (mut env_disk, mut flag_disk) = (env_disk, flag_disk);
+        for (_, env, flag) in switches_off.iter().filter(|(on, _, _)| !on) {
+            env_disk.push_str(&format!("{env}=0 "));
+            flag_disk.push_str(&format!(" {flag}"));
+        }
+        // The parts that are off by default: each one on is named.
+        let switches_on = [(
+            self.options.consumer_members,
+            "SIM_CONSUMER_MEMBERS",
+            "--consumer-members",
+        )];
+        for (_, env, flag) in switches_on.iter().filter(|(on, _, _)| *on) {
+            env_disk.push_str(&format!("{env}=1 "));
+            flag_disk.push_str(&format!(" {flag}"));
+        }
         let test = if self.options.planted == Planted::Nothing {
             format!(
                 "{env_tick}{env_strict}{env_brokers}{env_cache}{env_disk}SIM_SEED={seed} SIM_SECONDS={seconds} cargo test --release -p annal-sim --test seeds -- --nocapture\n  or ",
@@ -303,6 +379,14 @@ pub(crate) struct Shared {
     pub(crate) halted_down: Mutex<std::collections::BTreeSet<i32>>,
     /// [`Options::disk_full_metadata`].
     pub(crate) disk_full_metadata: bool,
+    /// [`Options::group_members`].
+    pub(crate) group_members: bool,
+    /// [`Options::zombie_producer`].
+    pub(crate) zombie_producer: bool,
+    /// [`Options::consumer_members`].
+    pub(crate) consumer_members: bool,
+    /// [`Options::fault_phase`].
+    pub(crate) fault_phase: Duration,
 }
 
 /// Moves tokio's process-wide task-id counter to the next multiple of 64. A current-thread runtime keeps its
@@ -378,6 +462,10 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
     // Its own stream, so the schedule and the boots are the same whatever the power-loss budget.
     let mut power_loss_rng = StdRng::seed_from_u64(seed ^ 0x0009_a9e0);
     let mut power_losses_left = options.power_losses;
+    // What a power loss leaves of each file's last writes: a stream of its own too, drawn only at power losses.
+    let mut tear_rng = options
+        .torn_writes
+        .then(|| StdRng::seed_from_u64(seed ^ 0x0007_0a2e));
     let wall = Instant::now();
     let dir = tempfile::Builder::new()
         .prefix("annal-sim-")
@@ -410,6 +498,13 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
             fault_start,
             options.fault_phase,
         );
+        if options.faulty_disk_start {
+            faults::add_faulty_disk_start(
+                &mut StdRng::seed_from_u64(seed ^ 0x00fa_0175),
+                &mut schedule,
+                options.fault_phase,
+            );
+        }
     }
     let _disks = DiskFaultsGuard;
     net::reset();
@@ -427,6 +522,10 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
         power_losses: Mutex::new(BTreeMap::new()),
         halted_down: Mutex::new(Default::default()),
         disk_full_metadata: options.disk_full_metadata,
+        group_members: options.group_members,
+        zombie_producer: options.zombie_producer,
+        consumer_members: options.consumer_members,
+        fault_phase: options.fault_phase,
     });
     let base_latency = rng.gen_range(1..10);
     let tick = options.tick;
@@ -471,11 +570,16 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
         active.retain(|s| elapsed < s.end);
         while pending.first().is_some_and(|s| elapsed >= s.start) {
             let s = pending.remove(0);
+            let ends_before = match s.fault {
+                Fault::Crash(n) if options.brokers => replication::log_ends(&shared, n),
+                _ => Vec::new(),
+            };
             apply(&mut sim, &shared, &s.fault);
             if let Fault::Crash(n) = s.fault {
                 if power_losses_left > 0 && power_loss_rng.gen_bool(0.5) {
                     power_losses_left -= 1;
-                    lose_unsynced(&shared, n, now_ms_of(&sim));
+                    lose_unsynced(&shared, n, tear_rng.as_mut(), now_ms_of(&sim));
+                    replication::lost_power(&shared, n, ends_before);
                 }
                 plant(&shared, options.planted, n, now_ms_of(&sim));
             }
@@ -505,7 +609,7 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
             }
         };
         if options.brokers {
-            for n in crash_halted(&mut sim, &shared) {
+            for (n, ends_before) in crash_halted(&mut sim, &shared) {
                 // The files whose fsync failed may have lost their dirty pages: they do, while the run's budget
                 // of such losses lasts (a power loss elsewhere on top could lose acknowledged writes, as two
                 // power losses can).
@@ -513,6 +617,7 @@ pub fn run_seed(seed: u64, options: &Options) -> Report {
                 if !failed.is_empty() && power_losses_left > 0 {
                     power_losses_left -= 1;
                     lose_unsynced_files(&shared, n, &failed, now_ms_of(&sim));
+                    replication::lost_power(&shared, n, ends_before);
                 }
             }
             // A halted node whose disk is healthy again starts again (its window may have ended while it
@@ -692,19 +797,31 @@ impl Drop for PageCacheGuard {
     }
 }
 
-/// Right after node `n` crashed, when the crash is a power loss: its segment files lose what was not fsynced.
-/// The trace records how much each lost (relative paths: the data directory's name is random).
-fn lose_unsynced(shared: &Shared, n: i32, at: u64) {
+/// Right after node `n` crashed, when the crash is a power loss: its segment files lose what was not fsynced,
+/// whole or torn (with `tear_rng`, [`Options::torn_writes`]). The trace records what each kept (relative paths:
+/// the data directory's name is random).
+fn lose_unsynced(shared: &Shared, n: i32, tear_rng: Option<&mut StdRng>, at: u64) {
     *shared.power_losses.lock().entry(n).or_insert(0) += 1;
     let data = shared.dir.join(host(n));
-    let what = match annal_log::page_cache::lose_unsynced(&data) {
+    let cut = match tear_rng {
+        None => annal_log::page_cache::lose_unsynced(&data),
+        Some(rng) => annal_log::page_cache::lose_unsynced_torn(&data, &mut |unsynced| {
+            draw_tear(rng, unsynced)
+        }),
+    };
+    let what = match cut {
         Ok(lost) if lost.is_empty() => format!("power loss: n{n} lost nothing (all fsynced)"),
         Ok(lost) => {
             let files: Vec<String> = lost
                 .iter()
                 .map(|l| {
                     let name = l.path.strip_prefix(&data).unwrap_or(&l.path);
-                    format!("{} {}->{}", name.display(), l.from, l.to)
+                    match l.zeroed_from {
+                        None => format!("{} {}->{}", name.display(), l.from, l.to),
+                        Some(z) => {
+                            format!("{} {}->{} zeros from {z}", name.display(), l.from, l.to)
+                        }
+                    }
                 })
                 .collect();
             format!(
@@ -716,6 +833,21 @@ fn lose_unsynced(shared: &Shared, n: i32, at: u64) {
         Err(e) => format!("power loss: n{n}'s files could not be cut back: {e}"),
     };
     shared.history.lock().event(at, what);
+}
+
+/// What a power loss leaves of a file's `unsynced` last bytes: with even odds none, a prefix (any length: the
+/// last page written back may be torn mid-batch), or its new length with zeros from some point on.
+fn draw_tear(rng: &mut StdRng, unsynced: u64) -> annal_log::page_cache::Tear {
+    use annal_log::page_cache::Tear;
+    match rng.gen_range(0..3) {
+        0 => Tear::Lost,
+        1 => Tear::Prefix {
+            kept: rng.gen_range(0..=unsynced),
+        },
+        _ => Tear::Zeroed {
+            from: rng.gen_range(0..unsynced.max(1)),
+        },
+    }
 }
 
 /// Right after node `n` halted on failed fsyncs: those files lose what was not fsynced (after a failed fsync
@@ -813,6 +945,7 @@ fn apply(sim: &mut turmoil::Sim<'_>, shared: &Shared, fault: &Fault) {
         }
         Fault::ClockJump(n, ms) => {
             shared.clock_jumps.lock().insert(*n, *ms);
+            consumer_members::clock_jumped(shared, *ms);
         }
         Fault::DiskFull(n) => {
             let data = shared.dir.join(host(*n));
@@ -914,9 +1047,15 @@ fn mend_both(a: &str, b: &str) {
 }
 
 /// Crashes the hosts whose broker reported a halt (`ReplicationHistory::halted`): a halt runs no shutdown.
-fn crash_halted(sim: &mut turmoil::Sim<'_>, shared: &Shared) -> Vec<i32> {
+/// Returns each with its log ends just before the crash ([`replication::log_ends`]).
+fn crash_halted(
+    sim: &mut turmoil::Sim<'_>,
+    shared: &Shared,
+) -> Vec<(i32, Vec<(replication::Tp, i64)>)> {
     let halted = std::mem::take(&mut shared.history.lock().replication.halted);
+    let mut crashed = Vec::new();
     for &n in &halted {
+        crashed.push((n, replication::log_ends(shared, n)));
         annal_log::page_cache::freeze(true);
         sim.crash(host(n));
         annal_log::page_cache::freeze(false);
@@ -926,7 +1065,7 @@ fn crash_halted(sim: &mut turmoil::Sim<'_>, shared: &Shared) -> Vec<i32> {
             .lock()
             .event(now_ms_of(sim), format!("n{n} halted"));
     }
-    halted.into_iter().collect()
+    crashed
 }
 
 /// Starts node `n` again if its broker halted, as a supervisor (systemd, Kubernetes) restarts a process that

@@ -17,8 +17,9 @@
 //! metadata quorum's log too: the node's broker halts and is restarted once the disk has room.
 //! `--fsync-faults N` (default 1; `SIM_FSYNC_FAULTS`) gives a `--brokers` run up to N windows in which one node's
 //! fsyncs fail (its broker halts, and is restarted once the window ends) or are slow; 0 turns them off.
-//! `--tcp-timeouts` (`SIM_TCP_TIMEOUTS=1`) makes a connection attempt over a cut link time out, as real TCP's does,
-//! instead of turmoil's immediate refusal.
+//! A connection attempt over a cut link times out, as real TCP's does; `--turmoil-refusals` (`SIM_TCP_TIMEOUTS=0`)
+//! gives turmoil's immediate refusal instead, to replay seeds found before that was the default (`--tcp-timeouts`
+//! is still accepted and changes nothing).
 //! `--jobs J` runs the seeds in J processes of this binary (seed `from + k + i*J` in the k-th), for the cores a
 //! long run has: a simulation is single-threaded and one runs at a time per process (tokio's task ids are
 //! process-wide and drive a crashed host's drop order), so processes, not threads, are the unit of parallelism.
@@ -33,7 +34,7 @@ use annal_sim::{run_seed, Options, Planted};
 fn main() -> ExitCode {
     if std::env::var_os("RUST_LOG").is_some() {
         // The nodes' own logs on stderr (`RUST_LOG=warn`, `RUST_LOG=annal_broker=info`): for reading a replay.
-        annal_broker::init_tracing();
+        annal_sim::node_logs::init();
     }
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut args = argv.iter().cloned();
@@ -65,6 +66,18 @@ fn main() -> ExitCode {
             "--disk-full-metadata" => options.disk_full_metadata = true,
             "--fsync-faults" => options.fsync_faults = value("--fsync-faults") as u32,
             "--tcp-timeouts" => options.tcp_timeouts = true,
+            "--turmoil-refusals" => options.tcp_timeouts = false,
+            "--no-group-members" => options.group_members = false,
+            "--no-zombie-producer" => options.zombie_producer = false,
+            "--no-torn-writes" => options.torn_writes = false,
+            "--no-faulty-disk-start" => options.faulty_disk_start = false,
+            "--consumer-members" => options.consumer_members = true,
+            "--plant-forget-consumer-members" => {
+                options.planted = Planted::Replication(PlantedBug::ForgetConsumerGroupMembers)
+            }
+            "--plant-fenced-epoch-retry" => {
+                options.planted = Planted::Replication(PlantedBug::FencedEpochCountsAsRetry)
+            }
             "--plant-hw-before-isr" => {
                 options.planted = Planted::Replication(PlantedBug::HighWatermarkBeforeIsr)
             }
@@ -81,7 +94,7 @@ fn main() -> ExitCode {
                 options.planted = Planted::Replication(PlantedBug::ReadCommittedAboveStable)
             }
             other => {
-                eprintln!("unknown argument {other}; usage: annal-sim [--seeds N] [--from S] [--seed S] [--jobs J] [--seconds T] [--power-losses N] [--disk-fulls N] [--disk-full-metadata] [--fsync-faults N] [--tcp-timeouts] [--tick-ms MS] [--trace] [--twice] [--strict-terms] [--brokers] [--plant-forget-vote|--plant-wipe-disk|--plant-hw-before-isr|--plant-truncate-to-hw|--plant-elect-outside-isr|--plant-ack-before-isr-commit|--plant-read-committed-above-stable]");
+                eprintln!("unknown argument {other}; usage: annal-sim [--seeds N] [--from S] [--seed S] [--jobs J] [--seconds T] [--power-losses N] [--disk-fulls N] [--disk-full-metadata] [--fsync-faults N] [--turmoil-refusals] [--no-group-members] [--no-zombie-producer] [--no-torn-writes] [--no-faulty-disk-start] [--consumer-members] [--tick-ms MS] [--trace] [--twice] [--strict-terms] [--brokers] [--plant-forget-vote|--plant-wipe-disk|--plant-hw-before-isr|--plant-truncate-to-hw|--plant-elect-outside-isr|--plant-ack-before-isr-commit|--plant-read-committed-above-stable|--plant-fenced-epoch-retry|--plant-forget-consumer-members]");
                 return ExitCode::from(2);
             }
         }

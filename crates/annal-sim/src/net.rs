@@ -5,9 +5,14 @@
 //! link stays cut, times out. A refusal proves the peer's process is gone (decision 0010's crash probes fence a
 //! broker on it), so a cut link must not produce one: [`SimNetwork::connect`] waits and tries again, as TCP
 //! retransmits, for as long as the driver says the link drops (`cut`, `mend`), and the caller's connect timeout
-//! decides. A refusal over a healthy link (nothing listens there) is returned as it is. Opt-in for now
-//! (`--tcp-timeouts`, [`set_tcp_timeouts`]): with it the crash probes no longer fence cut-off brokers early, and
-//! the sweeps find failures not yet understood (docs/decisions/0011-simulation.md).
+//! decides. A refusal over a healthy link (nothing listens there) is returned as it is. On by default;
+//! `--turmoil-refusals` ([`set_tcp_timeouts`]) turns it off, to replay seeds found before (with refusals, the
+//! crash probes of decision 0010 fenced cut-off brokers early, which cannot happen on a real network;
+//! docs/decisions/0011-simulation.md).
+//!
+//! What turmoil still does unlike TCP: a cut link drops the bytes of established connections for good, where TCP
+//! would retransmit them once the link heals. Such a connection hangs until its user's request timeout, as one
+//! black-holed by a middlebox would; the checks allow for the longest such timeout (30.5 s) after healing.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -23,7 +28,8 @@ static CUT: Mutex<BTreeMap<(String, String), u32>> = Mutex::new(BTreeMap::new())
 /// Whether refusals over cut links become timeouts ([`set_tcp_timeouts`]).
 static TCP_TIMEOUTS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Turns refusals over cut links into timeouts, as real TCP's, for the runs that follow (`--tcp-timeouts`).
+/// Turns refusals over cut links into timeouts, as real TCP's, for the runs that follow (the default; off with
+/// `--turmoil-refusals`).
 pub fn set_tcp_timeouts(on: bool) {
     TCP_TIMEOUTS.store(on, std::sync::atomic::Ordering::Relaxed);
 }

@@ -79,17 +79,37 @@ pub struct ReplicationHistory {
     pub acked_plain: usize,
     /// What the reader saw below the high watermark: (partition, offset) -> value.
     pub read: BTreeMap<(Tp, i64), Bytes>,
-    /// Highest leader epoch each node's partition had, within its current boot.
-    pub epochs: BTreeMap<(i32, Tp), (u64, i32)>,
+    /// Highest (leader epoch, partition epoch) each node's partition had, within its current boot.
+    pub epochs: BTreeMap<(i32, Tp), (u64, (i32, i32))>,
+    /// The most established TCP connections each node had at once (sampled every 10 ms): bounded, see
+    /// [`CONNECTIONS_MAX`].
+    pub max_connections: BTreeMap<i32, usize>,
+    /// (partition, leader epoch) -> the node seen leading it: one leader per partition and epoch
+    /// ([`sample_epochs`]).
+    pub leaders: BTreeMap<(Tp, i32), i32>,
+    /// A replica's log end just before it lost power (its unsynced tail then went): what it held, and may have
+    /// reported to its leader in a fetch, before the loss. See [`check_ack_replicated`].
+    pub held_before_power_loss: BTreeMap<(i32, Tp), i64>,
     /// Topics created.
     pub topics_ready: bool,
     /// The workload stopped writing (after healing) and the final checks may run.
     pub quiesced: bool,
     /// The committer's acknowledged commits ([`crate::committer`]).
     pub commits: crate::committer::CommitHistory,
+    /// The group members' generations, assignments and commits ([`crate::group_members`]).
+    pub members: crate::group_members::MemberHistory,
     /// The transactional producer's transactions and what read_committed returned ([`crate::transactions`]).
     pub txn: crate::transactions::TxnHistory,
+    /// The KIP-848 members' views of what they own ([`crate::consumer_members`]).
+    pub consumer_members: crate::consumer_members::ConsumerMemberHistory,
 }
+
+/// A node never has more established TCP connections than this at once. The workload's clients hold a few per
+/// node and the nodes a few to each other, but a peer that crashed or was cut off leaves its connections open on
+/// the survivor until they have been idle for connections.max.idle.ms (10 minutes, Kafka's, for both listeners),
+/// so they add up over a run's crashes: 128 at most in seeds 10-40 of 60 s. A leak (a connection opened per retry
+/// and never closed) grows by thousands under the faults' retries, far past this.
+pub const CONNECTIONS_MAX: usize = 512;
 
 /// Every partition the workload uses.
 pub fn partitions() -> Vec<Tp> {
@@ -137,17 +157,60 @@ impl ReplicationHistory {
     }
 }
 
+/// The log end of each workload partition node `n` has, if its broker is up: taken right before a crash, so
+/// that a power loss can be told from a replica that never held an offset.
+pub(crate) fn log_ends(shared: &Shared, n: i32) -> Vec<(Tp, i64)> {
+    let history = shared.history.lock();
+    let Some(broker) = history.replication.brokers.get(&n).and_then(Weak::upgrade) else {
+        return Vec::new();
+    };
+    partitions()
+        .into_iter()
+        .filter_map(|tp| Some((tp, partition_of(&broker, tp)?.log_end_offset())))
+        .collect()
+}
+
+/// Node `n` lost power (or the pages of files whose fsync failed) right after `ends` ([`log_ends`]).
+pub(crate) fn lost_power(shared: &Shared, n: i32, ends: Vec<(Tp, i64)>) {
+    let mut history = shared.history.lock();
+    for (tp, end) in ends {
+        let held = history
+            .replication
+            .held_before_power_loss
+            .entry((n, tp))
+            .or_insert(end);
+        *held = (*held).max(end);
+    }
+}
+
 /// Called on every acks=all acknowledgement: at least min.insync.replicas replicas hold the offset. Only
 /// judged while every node is up (a crashed replica's log cannot be looked at, and may hold it).
+///
+/// A replica that held the offset before it lost power counts as holding it. acks=all without fsync means
+/// "in the page cache of every ISR member": a follower's fetch reports what it has in memory, and a power loss
+/// after that report takes its copy. The leader cannot know before the follower fetches again (Kafka's leader
+/// computes the high watermark from the same reports), and an acknowledgement may come much later than the
+/// commit (an idempotent retry answered with the offset its first attempt got). What a power loss took is the
+/// known limit of replication without fsync; the simulator's budget of power losses leaves a copy, and
+/// [`check_final`] proves every acknowledged write is still readable.
 fn check_ack_replicated(shared: &Shared, tp: Tp, offset: i64, at: u64) {
     let mut history = shared.history.lock();
     let live = history.replication.live();
     if live.len() < VOTERS as usize {
         return;
     }
+    let held_before_loss = |n: i32| {
+        history
+            .replication
+            .held_before_power_loss
+            .get(&(n, tp))
+            .is_some_and(|end| *end > offset)
+    };
     let holding = live
         .iter()
-        .filter(|(_, b)| partition_of(b, tp).is_some_and(|p| p.log_end_offset() > offset))
+        .filter(|(n, b)| {
+            partition_of(b, tp).is_some_and(|p| p.log_end_offset() > offset) || held_before_loss(*n)
+        })
         .count();
     // Every live member of the ISR the controller has committed (the newest partition epoch any node applied)
     // may be elected next, so each must hold an acknowledged offset: a leader that acknowledges on an ISR the
@@ -165,10 +228,12 @@ fn check_ack_replicated(shared: &Shared, tp: Tp, offset: i64, at: u64) {
             .iter()
             .copied()
             .filter(|r| {
-                live.iter()
-                    .find(|(n, _)| n == r)
-                    .and_then(|(_, b)| partition_of(b, tp))
-                    .is_some_and(|p| p.log_end_offset() <= offset)
+                !held_before_loss(*r)
+                    && live
+                        .iter()
+                        .find(|(n, _)| n == r)
+                        .and_then(|(_, b)| partition_of(b, tp))
+                        .is_some_and(|p| p.log_end_offset() <= offset)
             })
             .collect();
         if !lacking.is_empty() {
@@ -195,7 +260,10 @@ fn check_ack_replicated(shared: &Shared, tp: Tp, offset: i64, at: u64) {
     }
 }
 
-/// Sampled by the driver: a node's leader epoch of a partition never goes down within one boot.
+/// Sampled by the driver: a node's leader epoch and partition epoch of a partition never go down within one boot
+/// (compared as a pair: a new leader epoch may come with any partition epoch above the last), and at most one node
+/// ever leads a partition at one leader epoch, so at most one can advance its high watermark in that epoch (the
+/// controller gives each epoch to one leader; two would be two histories behind one epoch).
 pub(crate) fn sample_epochs(shared: &Shared, at: u64) {
     let mut history = shared.history.lock();
     let live = history.replication.live();
@@ -206,21 +274,34 @@ pub(crate) fn sample_epochs(shared: &Shared, at: u64) {
             let Some(p) = partition_of(b, tp) else {
                 continue;
             };
-            let epoch = p.leader_epoch();
+            let epochs = (p.leader_epoch(), p.partition_epoch());
             let entry = history
                 .replication
                 .epochs
                 .entry((*n, tp))
-                .or_insert((boot, epoch));
+                .or_insert((boot, epochs));
             if entry.0 != boot {
-                *entry = (boot, epoch);
-            } else if epoch < entry.1 {
+                *entry = (boot, epochs);
+            } else if epochs < entry.1 {
                 bad.push(format!(
-                    "n{n}'s leader epoch of {}-{} went from {} down to {epoch}",
+                    "n{n}'s (leader epoch, partition epoch) of {}-{} went from {:?} down to {epochs:?}",
                     tp.0, tp.1, entry.1
                 ));
             } else {
-                entry.1 = epoch;
+                entry.1 = epochs;
+            }
+            if p.is_leader() {
+                let leader = history
+                    .replication
+                    .leaders
+                    .entry((tp, epochs.0))
+                    .or_insert(*n);
+                if *leader != *n {
+                    bad.push(format!(
+                        "two leaders of {}-{} at leader epoch {}: n{} and n{n}",
+                        tp.0, tp.1, epochs.0, *leader
+                    ));
+                }
             }
         }
     }
@@ -374,12 +455,15 @@ pub(crate) fn check_final(shared: &Shared, at: u64) {
     }
     let event = format!(
         "final: {} acks=all and {} acks=1 writes acknowledged, {} reads, {} commits acknowledged, {} offset \
-         fetches checked",
+         fetches checked, {} group member commits acknowledged in {} generations, most connections per node {:?}",
         history.replication.acked.len(),
         history.replication.acked_plain,
         history.replication.read.len(),
         history.replication.commits.acked_count,
-        history.replication.commits.fetches_checked
+        history.replication.commits.fetches_checked,
+        history.replication.members.commits_acked,
+        history.replication.members.generations.len(),
+        history.replication.max_connections
     );
     history.event(at, event);
     for p in problems.into_iter().take(10) {
@@ -396,6 +480,7 @@ pub(crate) async fn node(shared: Arc<Shared>, n: i32) -> turmoil::Result {
             boots.gen::<u64>(),
         )
     };
+    crate::node_logs::register_runtime(n);
     {
         let mut history = shared.history.lock();
         history.node_started(now_ms(), n);
@@ -454,6 +539,18 @@ pub(crate) async fn node(shared: Arc<Shared>, n: i32) -> turmoil::Result {
         "transaction.abort.timed.out.transaction.cleanup.interval.ms=1000".into(),
     ]
     .into();
+    let mut overrides = overrides;
+    if shared.consumer_members {
+        // KIP-848 sessions and heartbeats are the broker's settings; on the simulation's time scale.
+        overrides.push(format!(
+            "group.consumer.session.timeout.ms={}",
+            crate::consumer_members::SESSION_TIMEOUT_MS
+        ));
+        overrides.push(format!(
+            "group.consumer.heartbeat.interval.ms={}",
+            crate::consumer_members::HEARTBEAT_INTERVAL_MS
+        ));
+    }
     let mut config = annal_broker::BrokerConfig::load(
         None,
         &overrides,
@@ -466,9 +563,19 @@ pub(crate) async fn node(shared: Arc<Shared>, n: i32) -> turmoil::Result {
     // Bound with a kernel-like backlog: clients connect while the broker is still starting (see
     // `BacklogListener`).
     let listener = crate::net::BacklogListener::bind(BROKER_PORT, crate::net::BACKLOG).await?;
-    let started = annal_broker::start_in(config, BrokerListener::Seam(Box::new(listener)), env)
-        .await
-        .map_err(|e| format!("n{n} did not start: {e:#}"))?;
+    let started =
+        match annal_broker::start_in(config, BrokerListener::Seam(Box::new(listener)), env).await {
+            Ok(started) => started,
+            // A start its full or failing disk refused exits, as Kafka's does when its only log directory fails;
+            // the driver starts it again once the disk is healthy (`halted`, as after a halt). A start that fails
+            // on a healthy disk is a failure of the run.
+            Err(e) if annal_log::disk_faults::refuses(&shared.dir.join(&h)) => {
+                refused_start(&shared, n, &format!("{e:#}"));
+                std::future::pending::<()>().await;
+                return Ok(());
+            }
+            Err(e) => return Err(format!("n{n} did not start: {e:#}").into()),
+        };
     let broker = started.broker().clone();
     shared
         .history
@@ -484,6 +591,28 @@ pub(crate) async fn node(shared: Arc<Shared>, n: i32) -> turmoil::Result {
                 let Some(b) = broker.upgrade() else { return };
                 let node = b.cluster().node().clone();
                 drop(b);
+                let connections = turmoil::established_tcp_stream_count();
+                {
+                    let mut history = shared.history.lock();
+                    let most = history.replication.max_connections.entry(n).or_insert(0);
+                    *most = (*most).max(connections);
+                    if connections > CONNECTIONS_MAX {
+                        history.violate(
+                            now_ms(),
+                            format!("n{n} has {connections} established connections (at most {CONNECTIONS_MAX}): a connection leak"),
+                        );
+                        return;
+                    }
+                }
+                if let Some(why) = node.stopped_applying() {
+                    // Every node applies the same committed entries: one that does not apply freezes the whole
+                    // cluster's metadata.
+                    shared.history.lock().violate(
+                        now_ms(),
+                        format!("n{n} stopped applying the metadata log: {why}"),
+                    );
+                    return;
+                }
                 if node.is_active_controller() {
                     let term = node.quorum_status().term;
                     shared.history.lock().node_leads(now_ms(), n, term);
@@ -532,6 +661,21 @@ pub(crate) async fn node(shared: Arc<Shared>, n: i32) -> turmoil::Result {
         }
         Err(e) => Err(format!("n{n} stopped: {e:#}").into()),
     }
+}
+
+/// Records that node `n`'s start was refused by its faulty disk, as a halt the driver acts on.
+fn refused_start(shared: &Shared, n: i32, error: &str) {
+    // Relative paths in the trace: the data directory's name is random, the trace must not be.
+    let data_dir = format!("{}/", shared.dir.display());
+    let mut history = shared.history.lock();
+    history.event(
+        now_ms(),
+        format!(
+            "n{n} did not start on its faulty disk ({}): the broker exits",
+            error.replace(&data_dir, "")
+        ),
+    );
+    history.replication.halted.insert(n);
 }
 
 /// How `annal_broker::Started::serve` begins its error when the node's metadata quorum failed.
@@ -763,12 +907,39 @@ pub(crate) async fn workload(shared: Arc<Shared>) -> turmoil::Result {
     let committer = tokio::spawn(crate::committer::committer(shared.clone(), rng.gen()));
     let transactional = tokio::spawn(crate::transactions::producer(shared.clone(), rng.gen()));
     let committed_reader = tokio::spawn(crate::transactions::reader(shared.clone()));
+    // Drawn after every earlier task's seed, so those stay what they were.
+    let members: Vec<_> = (0..crate::group_members::MEMBERS)
+        .map(|i| (i, rng.gen::<u64>()))
+        .filter(|_| shared.group_members)
+        .map(|(i, seed)| tokio::spawn(crate::group_members::member(shared.clone(), i, seed)))
+        .collect();
+    let usurper_seed: u64 = rng.gen();
+    // Drawn last, and only when they run, so every other seed stays what it was.
+    let consumer_members: Vec<_> = if shared.consumer_members {
+        (0..crate::consumer_members::MEMBERS)
+            .map(|i| (i, rng.gen::<u64>()))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|(i, seed)| tokio::spawn(crate::consumer_members::member(shared.clone(), i, seed)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let usurper = shared
+        .zombie_producer
+        .then(|| tokio::spawn(crate::transactions::usurper(shared.clone(), usurper_seed)));
     let _ = idempotent.await;
     let _ = plain.await;
     let _ = fire.await;
     let _ = creator.await;
     let _ = committer.await;
     let _ = transactional.await;
+    for m in members.into_iter().chain(consumer_members) {
+        let _ = m.await;
+    }
+    if let Some(u) = usurper {
+        let _ = u.await;
+    }
     {
         let mut history = shared.history.lock();
         history.replication.quiesced = true;

@@ -10,6 +10,13 @@
 //! that is not a plain retry (a fence, a lost answer to a produce it cannot retry, a transaction past its bound)
 //! makes the producer start over with a fresh InitProducerId, which bumps the epoch and aborts what was open.
 //!
+//! The producer is an application's producer instances one after another: after a failed transaction it
+//! recovers as KIP-360 has it (InitProducerId with its id and epoch), and starts over as a new instance when that
+//! is refused as fenced. Once per run, at a moment drawn from the seed, a second instance (the [`usurper`])
+//! takes the transactional id over, fencing the producer, and runs one transaction. Every (producer id, epoch)
+//! the coordinator hands out (InitProducerId, EndTxn) must go to one instance only ([`grant`]): a zombie given
+//! the epoch of the producer that fenced it would commit as that producer.
+//!
 //! What each transaction is known to have become ([`Outcome`]): committed (EndTxn(commit) acknowledged), aborted
 //! (EndTxn(abort) acknowledged, or an InitProducerId acknowledged after it when no commit was asked for: the
 //! coordinator fences and aborts an open transaction), or unknown (a commit asked for whose answer never came).
@@ -84,6 +91,9 @@ const CONCURRENT_TRANSACTIONS: i16 = 51;
 const KAFKA_STORAGE_ERROR: i16 = 56;
 const FENCED_LEADER_EPOCH: i16 = 74;
 const UNKNOWN_LEADER_EPOCH: i16 = 75;
+const INVALID_PRODUCER_EPOCH: i16 = 47;
+const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+const PRODUCER_FENCED: i16 = 90;
 /// No answer (the exchange failed or was not answered within its bound).
 const NO_ANSWER: i16 = -1;
 
@@ -124,9 +134,36 @@ pub struct TxnHistory {
     pub filtered: usize,
     /// The final read_committed pass ran (after convergence), its checks included.
     pub final_read: bool,
+    /// Every (producer id, epoch) the coordinator handed out for [`TRANSACTIONAL_ID`] (InitProducerId, EndTxn),
+    /// and the producer instance it went to: two instances holding one epoch is a zombie not fenced.
+    pub grants: BTreeMap<(i64, i16), String>,
+    /// KIP-360 re-inits (InitProducerId with the producer's current id and epoch) refused as fenced, and taken.
+    pub reinits_refused: usize,
+    pub reinits_taken: usize,
+    /// The usurper took the transactional id over (its InitProducerId was acknowledged).
+    pub usurped: bool,
 }
 
 impl TxnHistory {
+    /// Records transaction `n`'s beginning under the next number (the producer instances share the numbering).
+    fn begin(&mut self, commit_intent: bool) -> u64 {
+        let n = self
+            .transactions
+            .keys()
+            .next_back()
+            .map_or(1, |last| last + 1);
+        self.transactions.insert(
+            n,
+            Transaction {
+                commit_intent,
+                commit_sent: false,
+                produced: BTreeSet::new(),
+                outcome: Outcome::Open,
+            },
+        );
+        n
+    }
+
     fn count(&self, outcome: Outcome) -> usize {
         self.transactions
             .values()
@@ -197,6 +234,50 @@ fn event(shared: &Shared, what: String) {
     shared.history.lock().event(now_ms(), what);
 }
 
+/// Records that the coordinator handed `id` (producer id, epoch) to producer instance `instance` (by `how`): the
+/// run fails if another instance was handed it before. The only legal repeat is to the same instance (a retry
+/// answered with what it already got); a fence's bump is never handed out, and a new producer's InitProducerId
+/// bumps past every epoch before it.
+fn grant(shared: &Shared, instance: &str, id: (i64, i16), how: &str) {
+    let at = now_ms();
+    let mut history = shared.history.lock();
+    if how != "EndTxn" {
+        // EndTxn's grants are in the trace as "txn n committed; next epoch e".
+        history.event(
+            at,
+            format!(
+                "{how} handed producer id {} epoch {} to {instance}",
+                id.0, id.1
+            ),
+        );
+    }
+    let holder = history
+        .replication
+        .txn
+        .grants
+        .entry(id)
+        .or_insert_with(|| instance.to_string())
+        .clone();
+    if holder != instance {
+        history.violate(
+            at,
+            format!(
+                "{how} handed producer id {} epoch {} of {TRANSACTIONAL_ID} to {instance}, which {holder} was \
+                 handed before: two producers hold one epoch, the zombie is not fenced",
+                id.0, id.1
+            ),
+        );
+    }
+}
+
+/// Whether an InitProducerId error says this producer is fenced for good (a new instance must start over).
+fn fenced(code: i16) -> bool {
+    matches!(
+        code,
+        PRODUCER_FENCED | INVALID_PRODUCER_EPOCH | INVALID_PRODUCER_ID_MAPPING
+    )
+}
+
 async fn find_coordinator(kafka: &mut Kafka, ask: i32) -> Result<i32, i16> {
     let request = FindCoordinatorRequest::default()
         .with_key(StrBytes::from_static_str(TRANSACTIONAL_ID))
@@ -216,18 +297,22 @@ async fn find_coordinator(kafka: &mut Kafka, ask: i32) -> Result<i32, i16> {
     }
 }
 
+/// InitProducerId v4 for [`TRANSACTIONAL_ID`]: as a new producer (`current` None), or as KIP-360's recovery of
+/// a producer that has an id and epoch and wants a bumped one.
 async fn init_producer_id(
     kafka: &mut Kafka,
     coordinator: i32,
     timeout_ms: i32,
+    current: Option<(i64, i16)>,
 ) -> Result<(i64, i16), i16> {
+    let (id, epoch) = current.unwrap_or((-1, -1));
     let request = InitProducerIdRequest::default()
         .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str(
             TRANSACTIONAL_ID,
         ))))
         .with_transaction_timeout_ms(timeout_ms)
-        .with_producer_id(ProducerId(-1))
-        .with_producer_epoch(-1);
+        .with_producer_id(ProducerId(id))
+        .with_producer_epoch(epoch);
     let response = kafka
         .send_bounded(coordinator, &request, (3, 4), REQUEST_BOUND)
         .await
@@ -329,6 +414,39 @@ struct Producer {
 }
 
 impl Producer {
+    /// A producer that asks node `ask` first.
+    fn new(ask: i32) -> Self {
+        Producer {
+            kafka: Kafka::new(),
+            coordinator: None,
+            ask,
+            leaders: BTreeMap::new(),
+        }
+    }
+
+    /// Transaction `n` at `producer` (id, epoch): its record on each partition, then EndTxn (`commit` or abort),
+    /// all within [`TRANSACTION_BOUND`]. The id and epoch to go on with, or why it failed. An abort is asked for
+    /// after a failed write only by starting over: simpler, and what the InitProducerId path must get right
+    /// anyway.
+    async fn run(
+        &mut self,
+        shared: &Shared,
+        n: u64,
+        commit: bool,
+        producer: (i64, i16),
+    ) -> Result<(i64, i16), String> {
+        let deadline = tokio::time::Instant::now() + TRANSACTION_BOUND;
+        for partition in 0..PARTITIONS {
+            let value = value_of(n, partition, commit);
+            self.write(shared, n, partition, &value, producer, deadline)
+                .await?;
+        }
+        if commit {
+            with_transaction(shared, n, |t| t.commit_sent = true);
+        }
+        self.end(shared, producer, commit, deadline).await
+    }
+
     fn rotate(&mut self) {
         self.ask = self.ask % VOTERS + 1;
     }
@@ -456,36 +574,36 @@ impl Producer {
     }
 }
 
-/// The transactional producer: transactions until a few seconds after healing.
+/// The transactional producer: transactions until a few seconds after healing, as an application's producer
+/// instances one after another (`producer#1`, `producer#2`, ...). After a failed transaction it first recovers
+/// as KIP-360 has it: InitProducerId with its id and epoch, which bumps the epoch if nobody took the id over
+/// meanwhile. Refused as fenced (the [`usurper`] took the id over, or its own transaction was still open and the
+/// coordinator fenced it), it starts over as a new instance with a fresh InitProducerId, as an application does
+/// after a fatal producer error.
 pub(crate) async fn producer(shared: Arc<Shared>, seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut p = Producer {
-        kafka: Kafka::new(),
-        coordinator: None,
-        ask: 2,
-        leaders: BTreeMap::new(),
-    };
+    let mut p = Producer::new(2);
+    let mut instance = 1u32;
     let mut id: Option<(i64, i16)> = None;
+    // The id and epoch to recover with (KIP-360) before starting over as a new instance.
+    let mut recover: Option<(i64, i16)> = None;
     // The transaction the next acknowledged InitProducerId settles (the producer gave up on it).
     let mut unsettled: Option<u64> = None;
-    let mut n = 0u64;
     let mut healed_at = None;
     while keep_writing(&shared, &mut healed_at) {
+        let name = format!("producer#{instance}");
         let Some(producer) = id else {
             let Some(c) = p.coordinator(&shared).await else {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             };
-            match init_producer_id(&mut p.kafka, c, TRANSACTION_TIMEOUT_MS).await {
+            match init_producer_id(&mut p.kafka, c, TRANSACTION_TIMEOUT_MS, recover).await {
                 Ok(next) => {
+                    grant(&shared, &name, next, &format!("InitProducerId at n{c}"));
                     let mut history = shared.history.lock();
-                    history.event(
-                        now_ms(),
-                        format!(
-                            "transactional producer id {} epoch {} at n{c}",
-                            next.0, next.1
-                        ),
-                    );
+                    if recover.is_some() {
+                        history.replication.txn.reinits_taken += 1;
+                    }
                     if let Some(t) = unsettled
                         .take()
                         .and_then(|u| history.replication.txn.transactions.get_mut(&u))
@@ -499,6 +617,24 @@ pub(crate) async fn producer(shared: Arc<Shared>, seed: u64) {
                         };
                     }
                     id = Some(next);
+                    recover = None;
+                }
+                Err(code) if fenced(code) && recover.is_some() => {
+                    let (old_id, old_epoch) = recover.take().unwrap_or_default();
+                    instance += 1;
+                    {
+                        let mut history = shared.history.lock();
+                        history.replication.txn.reinits_refused += 1;
+                        history.event(
+                            now_ms(),
+                            format!(
+                                "{name}'s re-init with producer id {old_id} epoch {old_epoch} at n{c}: {code} \
+                                 (fenced); starting over as producer#{instance}"
+                            ),
+                        );
+                    }
+                    // The application notices and makes a new producer: long enough for a usurper to get on.
+                    tokio::time::sleep(Duration::from_millis(rng.gen_range(500..3_000))).await;
                 }
                 Err(code) => {
                     event(&shared, format!("init transactional id at n{c}: {code}"));
@@ -511,51 +647,13 @@ pub(crate) async fn producer(shared: Arc<Shared>, seed: u64) {
             }
             continue;
         };
-        n += 1;
         let commit = rng.gen_range(0..3) != 0;
-        shared.history.lock().replication.txn.transactions.insert(
-            n,
-            Transaction {
-                commit_intent: commit,
-                commit_sent: false,
-                produced: BTreeSet::new(),
-                outcome: Outcome::Open,
-            },
-        );
+        let n = shared.history.lock().replication.txn.begin(commit);
         unsettled = Some(n);
-        let deadline = tokio::time::Instant::now() + TRANSACTION_BOUND;
-        let mut written = Ok(());
-        for partition in 0..PARTITIONS {
-            let value = value_of(n, partition, commit);
-            written = p
-                .write(&shared, n, partition, &value, producer, deadline)
-                .await;
-            if written.is_err() {
-                break;
-            }
-        }
-        // An abort is asked for after a failed write too only by starting over: simpler, and it is what
-        // the InitProducerId path must get right anyway.
-        let ended = match written {
-            Ok(()) => {
-                if commit {
-                    if let Some(t) = shared
-                        .history
-                        .lock()
-                        .replication
-                        .txn
-                        .transactions
-                        .get_mut(&n)
-                    {
-                        t.commit_sent = true;
-                    }
-                }
-                p.end(&shared, producer, commit, deadline).await
-            }
-            Err(e) => Err(e),
-        };
+        let ended = p.run(&shared, n, commit, producer).await;
         match ended {
             Ok(next) => {
+                grant(&shared, &name, next, "EndTxn");
                 let mut history = shared.history.lock();
                 history.event(
                     now_ms(),
@@ -578,6 +676,8 @@ pub(crate) async fn producer(shared: Arc<Shared>, seed: u64) {
             Err(why) => {
                 event(&shared, format!("txn {n}: {why}; starting over"));
                 id = None;
+                // Without the zombie workload, as before it: always a fresh InitProducerId.
+                recover = shared.zombie_producer.then_some(producer);
                 p.coordinator = None;
                 p.leaders.clear();
             }
@@ -587,29 +687,102 @@ pub(crate) async fn producer(shared: Arc<Shared>, seed: u64) {
     // A transaction given up on last stays Open (or Unknown if its commit was asked for): the coordinator's
     // timeout must end it before the run can converge.
     if let Some(u) = unsettled {
-        if let Some(t) = shared
-            .history
-            .lock()
-            .replication
-            .txn
-            .transactions
-            .get_mut(&u)
-        {
-            if t.commit_sent {
-                t.outcome = Outcome::Unknown;
+        settle_given_up(&shared, u);
+    }
+    abandon(&shared, &mut p, &format!("producer#{}", instance + 1)).await;
+}
+
+/// A transaction its producer gave up on without an answer: Unknown if its commit was asked for, else it
+/// stays Open (only an abort, by a fence or the coordinator's timeout, can end it).
+fn settle_given_up(shared: &Shared, n: u64) {
+    with_transaction(shared, n, |t| {
+        if t.commit_sent {
+            t.outcome = Outcome::Unknown;
+        }
+    });
+}
+
+/// Applies `f` to transaction `n`'s record, if it has one.
+fn with_transaction(shared: &Shared, n: u64, f: impl FnOnce(&mut Transaction)) {
+    if let Some(t) = shared
+        .history
+        .lock()
+        .replication
+        .txn
+        .transactions
+        .get_mut(&n)
+    {
+        f(t);
+    }
+}
+
+/// A second producer instance of [`TRANSACTIONAL_ID`], as when an application's instance starts elsewhere while
+/// the old one still runs: at a moment of the fault phase drawn from the seed it takes the id over
+/// (InitProducerId without an id, which fences the [`producer`] and aborts its open transaction), stays idle a
+/// moment (starting up), runs one transaction meant to commit, and stops. The fenced producer must be refused
+/// when it recovers with its old epoch; what checks it is [`grant`] (one instance per epoch) and the
+/// read_committed checks every transaction gets.
+pub(crate) async fn usurper(shared: Arc<Shared>, seed: u64) {
+    const NAME: &str = "usurper";
+    let mut rng = StdRng::seed_from_u64(seed);
+    let phase_ms = u64::try_from(shared.fault_phase.as_millis()).unwrap_or(u64::MAX);
+    let latest = (phase_ms / 5 * 4).max(3_000);
+    tokio::time::sleep(Duration::from_millis(rng.gen_range(2_000..=latest))).await;
+    if shared.healed.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    let mut p = Producer::new(3);
+    let mut healed_at = None;
+    let producer = loop {
+        if !keep_writing(&shared, &mut healed_at) {
+            event(&shared, format!("{NAME}: no producer id; it stops"));
+            return;
+        }
+        let Some(c) = p.coordinator(&shared).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        match init_producer_id(&mut p.kafka, c, TRANSACTION_TIMEOUT_MS, None).await {
+            Ok(next) => {
+                grant(&shared, NAME, next, &format!("InitProducerId at n{c}"));
+                break next;
+            }
+            Err(code) => {
+                event(&shared, format!("{NAME}: init at n{c}: {code}"));
+                if coordinator_moved(code) {
+                    p.coordinator = None;
+                    p.rotate();
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
+    };
+    shared.history.lock().replication.txn.usurped = true;
+    tokio::time::sleep(Duration::from_millis(rng.gen_range(0..2_000))).await;
+    let n = shared.history.lock().replication.txn.begin(true);
+    match p.run(&shared, n, true, producer).await {
+        Ok(next) => {
+            grant(&shared, NAME, next, "EndTxn");
+            let mut history = shared.history.lock();
+            history.event(now_ms(), format!("{NAME}: txn {n} committed; it stops"));
+            if let Some(t) = history.replication.txn.transactions.get_mut(&n) {
+                t.outcome = Outcome::Committed;
+            }
+        }
+        Err(why) => {
+            event(&shared, format!("{NAME}: txn {n}: {why}; it stops"));
+            settle_given_up(&shared, n);
+        }
     }
-    abandon(&shared, &mut p, n + 1).await;
 }
 
 /// Dies in the middle of a transaction, as a crashed producer does: a fresh InitProducerId with a short
-/// timeout, transaction `n`'s records written to both partitions (values that say commit), and no EndTxn. Only
-/// the coordinator's timeout can end it, by an abort: the run converges only once it has (the last stable
-/// offsets reach the high watermarks) and its records must never be returned by read_committed (no commit was
-/// asked for). Every run exercises the coordinator's timeout this way. Bounded by [`ABANDON_BOUND`]; the run
-/// goes on without it if the cluster does not let it begin in that time.
-async fn abandon(shared: &Shared, p: &mut Producer, n: u64) {
+/// timeout (as producer instance `name`), the next transaction's records written to both partitions (values
+/// that say commit), and no EndTxn. Only the coordinator's timeout can end it, by an abort: the run converges
+/// only once it has (the last stable offsets reach the high watermarks) and its records must never be returned
+/// by read_committed (no commit was asked for). Every run exercises the coordinator's timeout this way. Bounded
+/// by [`ABANDON_BOUND`]; the run goes on without it if the cluster does not let it begin in that time.
+async fn abandon(shared: &Shared, p: &mut Producer, name: &str) {
     let deadline = tokio::time::Instant::now() + ABANDON_BOUND;
     let producer = loop {
         if tokio::time::Instant::now() >= deadline {
@@ -620,8 +793,11 @@ async fn abandon(shared: &Shared, p: &mut Producer, n: u64) {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
-        match init_producer_id(&mut p.kafka, c, ABANDONED_TIMEOUT_MS).await {
-            Ok(next) => break next,
+        match init_producer_id(&mut p.kafka, c, ABANDONED_TIMEOUT_MS, None).await {
+            Ok(next) => {
+                grant(shared, name, next, &format!("InitProducerId at n{c}"));
+                break next;
+            }
             Err(code) => {
                 event(shared, format!("init transactional id at n{c}: {code}"));
                 if coordinator_moved(code) {
@@ -632,15 +808,7 @@ async fn abandon(shared: &Shared, p: &mut Producer, n: u64) {
             }
         }
     };
-    shared.history.lock().replication.txn.transactions.insert(
-        n,
-        Transaction {
-            commit_intent: true,
-            commit_sent: false,
-            produced: BTreeSet::new(),
-            outcome: Outcome::Open,
-        },
-    );
+    let n = shared.history.lock().replication.txn.begin(true);
     for partition in 0..PARTITIONS {
         let value = value_of(n, partition, true);
         if p.write(shared, n, partition, &value, producer, deadline)
@@ -965,7 +1133,8 @@ fn final_check(shared: &Shared, visible: &BTreeMap<u64, BTreeSet<i32>>, duplicat
     }
     let summary = format!(
         "final transactions: {} begun, {} committed, {} aborted, {} unknown, {} open; read_committed returned \
-         {} records during the run and filtered {} aborted ones; {} transactions visible at the end",
+         {} records during the run and filtered {} aborted ones; {} transactions visible at the end; {} epochs \
+         handed out, the id usurped: {}, KIP-360 re-inits taken {} and refused as fenced {}",
         txn.transactions.len(),
         txn.count(Outcome::Committed),
         txn.count(Outcome::Aborted),
@@ -973,7 +1142,11 @@ fn final_check(shared: &Shared, visible: &BTreeMap<u64, BTreeSet<i32>>, duplicat
         txn.count(Outcome::Open),
         txn.returned,
         txn.filtered,
-        visible.len()
+        visible.len(),
+        txn.grants.len(),
+        txn.usurped,
+        txn.reinits_taken,
+        txn.reinits_refused
     );
     history.event(at, summary);
     for p in problems.into_iter().take(10) {

@@ -126,6 +126,11 @@ fn isr_changes_do_not_wait_behind_a_forwarded_admin_request() {
         power_losses: 0,
         disk_fulls: 0,
         fsync_faults: 0,
+        tcp_timeouts: false,
+        group_members: false,
+        zombie_producer: false,
+        torn_writes: false,
+        faulty_disk_start: false,
         ..Options::default()
     };
     let report = run_passing(1, &options);
@@ -156,6 +161,11 @@ fn a_process_crash_keeps_its_elr_place_when_the_last_leader_lost_power() {
         power_losses: 1,
         disk_fulls: 0,
         fsync_faults: 0,
+        tcp_timeouts: false,
+        group_members: false,
+        zombie_producer: false,
+        torn_writes: false,
+        faulty_disk_start: false,
         ..Options::default()
     };
     let report = run_passing(31, &options);
@@ -280,6 +290,153 @@ fn a_loaded_transaction_decision_is_acted_on_only_once_committed() {
     run_passing(467, &options);
 }
 
+/// Regression, broker seed 294 of 60 s with real TCP's timeouts: n1, the active controller, crashed after
+/// appending an AlterPartition's result (plain-0's ISR to [3], ELR [2, 1]) it never saw committed, restarted and
+/// resumed its Raft term as leader, and decided its own unclean re-registration (1 leaves every ISR) against an
+/// image without that entry: ISR [3, 2] on top of ELR [2, 1]. The entry did not apply and every node's metadata
+/// froze. The controller now decides only once its image holds every entry of its log, and refuses a write
+/// whose decision the log has moved past. Fails without that fix ("n2 stopped applying the metadata log").
+#[test]
+fn a_controller_decides_only_against_everything_its_log_holds() {
+    if std::env::var("SIM_SEED").is_ok() {
+        return;
+    }
+    let options = Options {
+        tcp_timeouts: true,
+        ..pinned_broker_options()
+    };
+    run_passing(294, &options);
+}
+
+/// Torn last writes, broker seed 0 of 60 s with today's workload: n3 loses power at 28 s and its files keep
+/// different parts of their unsynced tails (`replicated-0` and `replicated-1` their new lengths with zeros from
+/// some point on, `plain-0` and `txn-0` a prefix cut mid-batch, `__transaction_state-0` most of it lost).
+/// Recovery must cut each at its first batch that does not check out, and the replica then catches up from the
+/// leader: nothing acknowledged is lost, no value read changes, the replicas agree.
+#[test]
+fn a_torn_last_write_is_cut_at_its_first_bad_batch_and_loses_nothing_acknowledged() {
+    if std::env::var("SIM_SEED").is_ok() {
+        return;
+    }
+    let options = Options {
+        tcp_timeouts: true,
+        group_members: true,
+        zombie_producer: true,
+        torn_writes: true,
+        faulty_disk_start: false,
+        ..pinned_broker_options()
+    };
+    let report = run_passing(0, &options);
+    let power_loss = report
+        .trace
+        .iter()
+        .find_map(|(_, e)| e.strip_prefix("power loss: n3 lost the unsynced tails of "))
+        .expect("seed 0 no longer has n3 lose power; the test no longer exercises torn writes");
+    assert!(
+        power_loss.contains("replicated-0/00000000000000000000.log")
+            && power_loss.contains(" zeros from "),
+        "seed 0's power loss no longer leaves zeros in a data partition's segment: {power_loss}"
+    );
+}
+
+/// Starts on a faulty disk, broker seeds 6 and 1 of 60 s: a full disk covers n1's restart in seed 6 (its start
+/// cannot rebuild `__consumer_offsets-0`'s index: ENOSPC) and a disk failing fsyncs in seed 1 (its start cannot
+/// flush the recovered log). Each start exits with the partition and file named, the node is started again once
+/// its disk is healthy, and the run loses nothing acknowledged.
+#[test]
+fn a_start_its_faulty_disk_refuses_exits_and_the_next_one_recovers() {
+    if std::env::var("SIM_SEED").is_ok() {
+        return;
+    }
+    let options = Options {
+        tcp_timeouts: true,
+        group_members: true,
+        zombie_producer: true,
+        torn_writes: true,
+        faulty_disk_start: true,
+        ..pinned_broker_options()
+    };
+    for (seed, refusal) in [(6, "No space left on device"), (1, "an earlier fsync")] {
+        let report = run_passing(seed, &options);
+        let refused = report.trace.iter().position(|(_, e)| {
+            e.starts_with("n1 did not start on its faulty disk") && e.contains(refusal)
+        });
+        let Some(refused) = refused else {
+            panic!("seed {seed} no longer starts n1 on a faulty disk ({refusal}); the test no longer exercises it");
+        };
+        assert!(
+            report.trace[refused..]
+                .iter()
+                .any(|(_, e)| e == "n1 started again"),
+            "seed {seed}: n1 was not started again after its disk recovered"
+        );
+    }
+}
+
+/// Regression, broker seeds 90 and 55 of 60 s with the group members: the coordinator answered the leader's
+/// SyncGroup (and so every member's) before the generation's metadata was committed to `__consumer_offsets`, and
+/// even when the write was refused (its ISR below min.insync.replicas). A coordinator elected next loaded the
+/// previous generation: in seed 90 it handed generation 1 out again with other owners (two members owned
+/// `replicated-0` in generation 1), in seed 55 it accepted a commit of generation 1 after generation 2 had
+/// completed SyncGroup (a stale member not fenced). SyncGroup now answers once the write is committed, and a
+/// write that fails makes the group rebalance, as Kafka's coordinator does. Both fail without that fix.
+#[test]
+fn a_generation_is_handed_out_only_once_committed() {
+    if std::env::var("SIM_SEED").is_ok() {
+        return;
+    }
+    let options = Options {
+        tcp_timeouts: true,
+        group_members: true,
+        ..pinned_broker_options()
+    };
+    let report = run_passing(90, &options);
+    let synced = |report: &Report| {
+        report
+            .trace
+            .iter()
+            .filter(|(_, e)| e.starts_with("member ") && e.contains(" synced generation "))
+            .count()
+    };
+    assert!(
+        synced(&report) > 0,
+        "seed 90 no longer syncs a generation; the regression no longer exercises SyncGroup"
+    );
+    let report = run_passing(55, &options);
+    assert!(
+        synced(&report) > 1,
+        "seed 55 no longer syncs two generations; the regression no longer exercises a stale member"
+    );
+}
+
+/// Regression, broker seed 1099 of 60 s with three full-disk windows that may fill the metadata log: n3 wrote
+/// generation 1 of `sim-consumers` to `__consumer_offsets-0` and crashed before it was committed; n2, elected
+/// with that tail in its log, loaded the group and answered a member's SyncGroup from it at once; n1, elected
+/// later without the tail, made n2 truncate it, and generation 1 was handed out again with other owners. A
+/// stable group's SyncGroup now answers once everything in the partition's log is committed. Fails without that
+/// fix.
+#[test]
+fn a_loaded_assignment_is_handed_out_only_once_committed() {
+    if std::env::var("SIM_SEED").is_ok() {
+        return;
+    }
+    let options = Options {
+        tcp_timeouts: true,
+        group_members: true,
+        disk_fulls: 3,
+        disk_full_metadata: true,
+        ..pinned_broker_options()
+    };
+    let report = run_passing(1099, &options);
+    assert!(
+        report
+            .trace
+            .iter()
+            .any(|(_, e)| e.starts_with("member ") && e.contains(" synced generation ")),
+        "seed 1099 no longer syncs a generation; the regression no longer exercises SyncGroup"
+    );
+}
+
 /// Seed 8 of 30 s with one full-disk window (n3's), once; fails the test on any violation.
 fn full_disk_run(metadata: bool) -> Report {
     let options = Options {
@@ -290,6 +447,11 @@ fn full_disk_run(metadata: bool) -> Report {
         disk_fulls: 1,
         disk_full_metadata: metadata,
         fsync_faults: 0,
+        tcp_timeouts: false,
+        group_members: false,
+        zombie_producer: false,
+        torn_writes: false,
+        faulty_disk_start: false,
         ..Options::default()
     };
     let report = run_passing(8, &options);
@@ -316,6 +478,10 @@ fn pinned_broker_options() -> Options {
         disk_fulls: 1,
         fsync_faults: 1,
         tcp_timeouts: false,
+        group_members: false,
+        zombie_producer: false,
+        torn_writes: false,
+        faulty_disk_start: false,
         ..Options::default()
     }
 }
@@ -408,48 +574,25 @@ fn a_voter_that_loses_its_disk_is_caught() {
 /// read below the high watermark later reads differently), seed 0 passing; an acknowledgement counted on an ISR
 /// shrink the controller has not committed yet at seed 0 (6 of seeds 0-7: an acks=all write acknowledged while
 /// a live member of the committed ISR lacks it). A read_committed Fetch served up to the high watermark rather
-/// than the last stable offset: see [`planted_transaction_bug_is_caught`].
+/// than the last stable offset: see [`planted_transaction_bugs_are_caught`].
 #[test]
 fn planted_replication_bugs_are_caught() {
-    let budget = env_u64("SIM_TEETH_SEEDS").unwrap_or(10);
     for bug in [
         PlantedBug::HighWatermarkBeforeIsr,
         PlantedBug::TruncateToHighWatermark,
         PlantedBug::ElectOutsideIsr,
         PlantedBug::AckBeforeIsrCommitted,
     ] {
-        let options = Options {
-            fault_phase: Duration::from_secs(30),
-            planted: Planted::Replication(bug),
-            brokers: true,
-            ..Options::default()
-        };
-        let caught = (0..budget).find_map(|seed| {
-            let report = run_seed(seed, &options);
-            (!report.passed()).then_some(report)
-        });
-        match caught {
-            Some(report) => println!(
-                "planted {bug:?} caught at seed {}: {}\n  replay: {}",
-                report.seed,
-                report.violations.join("; "),
-                report.replay_commands()
-            ),
-            None => panic!("planted {bug:?} went unnoticed for {budget} seeds"),
-        }
+        assert_caught(bug);
     }
 }
 
-/// The transaction checks have teeth: a read_committed Fetch that reads up to the high watermark instead of the
-/// last stable offset (`PlantedBug::ReadCommittedAboveStable`) is caught within `SIM_TEETH_SEEDS` seeds (default
-/// 10) of 30 simulated seconds by the read_committed reader of `transactions.rs` (a record served at or above
-/// the last stable offset; records of a transaction later aborted).
-#[test]
-fn planted_transaction_bug_is_caught() {
+/// Runs broker seeds of 30 s with `bug` planted until one fails, up to `SIM_TEETH_SEEDS` (default 10) seeds.
+fn assert_caught(bug: PlantedBug) {
     let budget = env_u64("SIM_TEETH_SEEDS").unwrap_or(10);
     let options = Options {
         fault_phase: Duration::from_secs(30),
-        planted: Planted::Replication(PlantedBug::ReadCommittedAboveStable),
+        planted: Planted::Replication(bug),
         brokers: true,
         ..Options::default()
     };
@@ -459,14 +602,31 @@ fn planted_transaction_bug_is_caught() {
     });
     match caught {
         Some(report) => println!(
-            "planted ReadCommittedAboveStable caught at seed {}: {}\n  replay: {}",
+            "planted {bug:?} caught at seed {}: {}\n  replay: {}",
             report.seed,
             report.violations.join("; "),
             report.replay_commands()
         ),
-        None => panic!(
-            "a read_committed read above the last stable offset went unnoticed for {budget} seeds"
-        ),
+        None => panic!("planted {bug:?} went unnoticed for {budget} seeds"),
+    }
+}
+
+/// The transaction checks have teeth, each bug planted in the real broker caught within `SIM_TEETH_SEEDS` seeds
+/// (default 10) of 30 simulated seconds:
+/// - a read_committed Fetch that reads up to the high watermark instead of the last stable offset
+///   (`PlantedBug::ReadCommittedAboveStable`), by the read_committed reader of `transactions.rs` (a record served
+///   at or above the last stable offset; records of a transaction later aborted);
+/// - a coordinator that keeps a fenced producer's epoch as the one a KIP-360 retry may claim
+///   (`PlantedBug::FencedEpochCountsAsRetry`, the bug franz-go's zombie test found): the producer the usurper
+///   fenced re-initialises with its old epoch and is handed the usurper's. As of this writing caught at seeds 0,
+///   3, 4 and 9 of 0-9 (the usurper's InitProducerId must land in a moment the coordinator is reachable).
+#[test]
+fn planted_transaction_bugs_are_caught() {
+    for bug in [
+        PlantedBug::ReadCommittedAboveStable,
+        PlantedBug::FencedEpochCountsAsRetry,
+    ] {
+        assert_caught(bug);
     }
 }
 
@@ -495,4 +655,44 @@ fn a_transaction_its_producer_abandoned_is_aborted_by_its_timeout() {
             .any(|(_, e)| e.contains("abandoned (epoch")),
         "seed 0 abandoned no transaction; the regression no longer exercises the coordinator's timeout"
     );
+}
+
+/// KIP-848 consumers ([`annal_sim::consumer_members`], an opt-in workload): no partition has two owners at once
+/// across coordinator failovers, in seeds 0-3 (each run twice: the same trace); and the check has teeth: a
+/// coordinator that forgets the group's members when it loads their partition (`PlantedBug::
+/// ForgetConsumerGroupMembers`, Annal before 2026-12-06) is caught within `SIM_TEETH_SEEDS` seeds of 30 s. As of
+/// this writing at seeds 4, 5 and 15 of 0-19 (both members fenced by the forgetful coordinator; one rejoins and is
+/// given everything before the other has heard it was fenced); 100 of 100 seeds pass without it.
+#[test]
+fn consumer_group_members_never_share_a_partition_and_a_forgetful_coordinator_is_caught() {
+    if std::env::var("SIM_SEED").is_ok() {
+        return;
+    }
+    let options = Options {
+        fault_phase: Duration::from_secs(30),
+        brokers: true,
+        consumer_members: true,
+        ..Options::default()
+    };
+    run_twice_each((0..4).collect(), options.clone());
+    let budget = env_u64("SIM_TEETH_SEEDS").unwrap_or(10);
+    let planted = Options {
+        planted: Planted::Replication(PlantedBug::ForgetConsumerGroupMembers),
+        ..options
+    };
+    let caught = (0..budget).find_map(|seed| {
+        let report = run_seed(seed, &planted);
+        (!report.passed()).then_some(report)
+    });
+    match caught {
+        Some(report) => println!(
+            "a coordinator that forgets its KIP-848 members caught at seed {}: {}\n  replay: {}",
+            report.seed,
+            report.violations.join("; "),
+            report.replay_commands()
+        ),
+        None => panic!(
+            "a coordinator that forgets its KIP-848 members went unnoticed for {budget} seeds"
+        ),
+    }
 }
