@@ -10,6 +10,20 @@ use common::*;
 use kafka_protocol::messages::*;
 use tokio::io::AsyncWriteExt;
 
+/// The tests that measure this process's memory take this exclusively; every other test shares it. Tests run in
+/// parallel threads of one process, and another test's broker starting meanwhile would count in the measurement.
+static MEMORY_MEASURED: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Held by a test that measures the process's memory: no other test of this file runs meanwhile.
+fn measuring_memory() -> std::sync::RwLockWriteGuard<'static, ()> {
+    MEMORY_MEASURED.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Held by every other test.
+fn not_measuring_memory() -> std::sync::RwLockReadGuard<'static, ()> {
+    MEMORY_MEASURED.read().unwrap_or_else(|e| e.into_inner())
+}
+
 fn rss_kib() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     status
@@ -59,6 +73,7 @@ fn raw_flexible_request(key: i16, version: i16, body: &[u8]) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_frames_close_only_their_connection() {
+    let _memory = measuring_memory();
     let dir = tempfile::tempdir().unwrap();
     let broker = TestBroker::start(dir.path(), &[]).await;
     let before = rss_kib();
@@ -142,6 +157,7 @@ async fn bad_frames_close_only_their_connection() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn huge_counts_inside_valid_frames_are_refused() {
+    let _memory = measuring_memory();
     let dir = tempfile::tempdir().unwrap();
     let broker = TestBroker::start(dir.path(), &[]).await;
     let before = rss_kib();
@@ -212,6 +228,7 @@ async fn huge_counts_inside_valid_frames_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_versions_always_answers() {
+    let _memory = not_measuring_memory();
     let dir = tempfile::tempdir().unwrap();
     let broker = TestBroker::start(dir.path(), &[]).await;
     // KIP-511: ApiVersions v99 gets a v0 response with UNSUPPORTED_VERSION and our ranges.
@@ -237,6 +254,7 @@ use kafka_protocol::protocol::Decodable;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_requests_are_answered_in_order() {
+    let _memory = not_measuring_memory();
     let dir = tempfile::tempdir().unwrap();
     let broker = TestBroker::start(dir.path(), &[]).await;
     let mut c = broker.client().await;
@@ -288,6 +306,7 @@ async fn pipelined_requests_are_answered_in_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_are_closed() {
+    let _memory = not_measuring_memory();
     let dir = tempfile::tempdir().unwrap();
     let broker = TestBroker::start(dir.path(), &["connections.max.idle.ms=300"]).await;
     let mut idle = broker.client().await;
@@ -311,6 +330,7 @@ async fn idle_connections_are_closed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_concurrent_clients() {
+    let _memory = not_measuring_memory();
     let dir = tempfile::tempdir().unwrap();
     let broker = TestBroker::start(dir.path(), &[]).await;
     let mut c = broker.client().await;
@@ -354,6 +374,7 @@ async fn many_concurrent_clients() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_acks_zero_produce_closes_the_connection() {
+    let _memory = not_measuring_memory();
     let dir = tempfile::tempdir().unwrap();
     let broker = TestBroker::start(dir.path(), &[]).await;
     let mut c = broker.client().await;

@@ -260,6 +260,31 @@ fn lose_unflushed_tail(log_dir: &Path, flushed: i64, rng: &mut impl Rng) {
     std::fs::write(&last, kept).unwrap();
 }
 
+/// Waits until the writer has recorded a line past `recorded_before` bytes of `flushed_file`. Fails the test if
+/// the writer stops by itself, or records nothing within a minute (it records every few appends).
+fn wait_for_the_writer_to_record(
+    flushed_file: &Path,
+    recorded_before: u64,
+    child: &mut std::process::Child,
+    stderr_path: &Path,
+) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::metadata(flushed_file).map_or(0, |m| m.len()) <= recorded_before {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!(
+                "the writer stopped by itself ({status}): {}",
+                std::fs::read_to_string(stderr_path).unwrap_or_default()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the writer recorded nothing in 60 s: {}",
+            std::fs::read_to_string(stderr_path).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 #[test]
 fn crash_recovery_keeps_a_prefix_with_everything_flushed() {
     const ITERATIONS: usize = 40;
@@ -291,13 +316,16 @@ fn crash_recovery_keeps_a_prefix_with_everything_flushed() {
             .stderr(std::fs::File::create(&stderr_path).unwrap())
             .spawn()
             .expect("re-executing the test binary as the writer");
-        // Mostly mid-stream, sometimes during the writer's own start-up and recovery.
-        let delay = if rng.gen_bool(0.2) {
-            rng.gen_range(0..15)
+        // Mostly mid-stream, sometimes during the writer's own start-up and recovery. Mid-stream kills wait for
+        // the writer to record a line first (a flush or a truncation), not for a fixed time: a writer slow to
+        // start on a loaded machine would otherwise be killed before it wrote anything, run after run.
+        if rng.gen_bool(0.2) {
+            std::thread::sleep(Duration::from_millis(rng.gen_range(0..15)));
         } else {
-            rng.gen_range(15..250)
-        };
-        std::thread::sleep(Duration::from_millis(delay));
+            let recorded_before = std::fs::metadata(&flushed_file).map_or(0, |m| m.len());
+            wait_for_the_writer_to_record(&flushed_file, recorded_before, &mut child, &stderr_path);
+            std::thread::sleep(Duration::from_millis(rng.gen_range(0..100)));
+        }
         if let Some(status) = child.try_wait().unwrap() {
             panic!(
                 "iteration {iterations}: the writer stopped by itself ({status}): {}",
