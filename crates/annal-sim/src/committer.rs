@@ -100,9 +100,15 @@ pub(crate) async fn find_coordinator(
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Committer<'a> {
     pub group: &'static str,
+    /// The classic group's generation, or the KIP-848 member's epoch.
     pub generation: i32,
     pub member_id: &'a str,
+    /// The OffsetCommit versions to choose from: v9 and later carry a KIP-848 member's epoch.
+    pub versions: (i16, i16),
 }
+
+/// OffsetCommit versions of a standalone consumer or a classic group's member.
+pub(crate) const CLASSIC_COMMIT_VERSIONS: (i16, i16) = (2, 8);
 
 /// Commits `offsets` at `coordinator`; the partitions acknowledged, or the first error code.
 pub(crate) async fn commit(
@@ -137,7 +143,7 @@ pub(crate) async fn commit(
                 .collect(),
         );
     let response = kafka
-        .send_bounded(coordinator, &request, (2, 8), REQUEST_BOUND)
+        .send_bounded(coordinator, &request, who.versions, REQUEST_BOUND)
         .await
         .map_err(|_| -1i16)?;
     let mut acked = Vec::new();
@@ -303,6 +309,7 @@ pub(crate) async fn committer(shared: Arc<Shared>, seed: u64) {
                 group: GROUP,
                 generation: -1,
                 member_id: "",
+                versions: CLASSIC_COMMIT_VERSIONS,
             };
             match commit(&mut kafka, c, standalone, &offsets).await {
                 Ok(acked) => {

@@ -11,6 +11,13 @@
 //! member's assignment, so A would have dropped P had the coordinator asked it to. A coordinator that takes the
 //! group over (a failover) must carry its members on from the log: one that forgot them would hand a rejoining
 //! member everything while the others still own it.
+//!
+//! The members also commit offsets for what they own, as a Kafka consumer does: OffsetCommit v9 with the
+//! member's epoch, which the coordinator checks (a stale epoch is refused). Checked as for every group
+//! ([`crate::committer`]): **committed offsets never move backwards**. Offsets come from one counter per
+//! partition shared by the members, so a later commit is always higher: a commit in an epoch the group has left
+//! behind that was accepted, or a coordinator that took the group over and replayed its epochs wrong, shows up as
+//! an OffsetFetch below an acknowledged commit.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -20,11 +27,12 @@ use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
 use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, GroupId};
 use kafka_protocol::protocol::StrBytes;
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use uuid::Uuid;
 
-use crate::committer::find_coordinator;
-use crate::replication::{keep_writing, Kafka, PLAIN, REPLICATED};
+use crate::committer::{check_fetch, commit, fetch, final_fetch, find_coordinator, Committer};
+use crate::replication::{keep_writing, partitions, Kafka, Tp, PLAIN, REPLICATED};
 use crate::{now_ms, Shared, VOTERS};
 
 /// The members' group.
@@ -41,6 +49,9 @@ const REQUEST_BOUND: Duration = Duration::from_secs(6);
 
 const UNKNOWN_MEMBER_ID: i16 = 25;
 const FENCED_MEMBER_EPOCH: i16 = 110;
+const STALE_MEMBER_EPOCH: i16 = 113;
+/// OffsetCommit v9 is the first to carry a KIP-848 member's epoch (Kafka refuses older ones for such a group).
+const MEMBER_EPOCH_COMMIT_VERSIONS: (i16, i16) = (9, 9);
 
 /// A partition, by topic id.
 type Part = (Uuid, i32);
@@ -56,6 +67,13 @@ pub struct ConsumerMemberHistory {
     pub heartbeats: usize,
     pub reassignments: usize,
     pub fenced: usize,
+    /// Highest commit acknowledged per partition, and the next offset to commit (shared, so later commits are
+    /// higher).
+    pub acked: BTreeMap<Tp, i64>,
+    pub next: BTreeMap<Tp, i64>,
+    /// Commits acknowledged, and refused for the member's epoch (stale, fenced, unknown member).
+    pub commits_acked: usize,
+    pub commits_refused: usize,
 }
 
 /// One member, until a few seconds after healing.
@@ -68,6 +86,8 @@ pub(crate) async fn member(shared: Arc<Shared>, index: usize, seed: u64) {
     let mut coordinator: Option<i32> = None;
     let mut ask = (index as i32) % VOTERS + 1;
     let mut healed_at = None;
+    // The workload's topics by id (assignments name ids, commits names); learned once the first is assigned.
+    let mut names: BTreeMap<Uuid, &'static str> = BTreeMap::new();
     let event = |shared: &Shared, what: String| shared.history.lock().event(now_ms(), what);
     while keep_writing(&shared, &mut healed_at) {
         let Some(c) = coordinator else {
@@ -115,6 +135,33 @@ pub(crate) async fn member(shared: Arc<Shared>, index: usize, seed: u64) {
                         .collect();
                 }
                 note_answer(&shared, index, sent_at, epoch, &owned);
+                if !owned.is_empty() && rng.gen_bool(0.5) {
+                    if owned.iter().any(|(t, _)| !names.contains_key(t)) {
+                        names = kafka.topic_names(c).await.unwrap_or(names);
+                    }
+                    let member = Committing {
+                        index,
+                        member_id: &member_id,
+                        epoch,
+                    };
+                    if !commit_owned(&shared, &mut kafka, &mut rng, c, member, &owned, &names).await
+                    {
+                        coordinator = None;
+                        ask = ask % VOTERS + 1;
+                    }
+                }
+                if rng.gen_bool(0.2) {
+                    let floor = shared
+                        .history
+                        .lock()
+                        .replication
+                        .consumer_members
+                        .acked
+                        .clone();
+                    if let Ok(fetched) = fetch(&mut kafka, c, GROUP, &partitions()).await {
+                        check_fetch(&shared, GROUP, c, &floor, &fetched, "");
+                    }
+                }
             }
             Ok(r) if matches!(r.error_code, UNKNOWN_MEMBER_ID | FENCED_MEMBER_EPOCH) => {
                 // Fenced: give up everything and join again (a Kafka consumer does the same).
@@ -152,6 +199,131 @@ pub(crate) async fn member(shared: Arc<Shared>, index: usize, seed: u64) {
         tokio::time::sleep(Duration::from_millis(HEARTBEAT_INTERVAL_MS / 2 + jitter)).await;
     }
     event(&shared, format!("kip848 member {index} of {GROUP} stops"));
+    if index == 0 {
+        let floor = shared
+            .history
+            .lock()
+            .replication
+            .consumer_members
+            .acked
+            .clone();
+        final_fetch(
+            &shared,
+            &mut kafka,
+            GROUP,
+            &partitions(),
+            &floor,
+            coordinator,
+            ask,
+        )
+        .await;
+        let history = &mut shared.history.lock();
+        let members = &history.replication.consumer_members;
+        let summary = format!(
+            "final: {GROUP}: {} heartbeats answered, {} reassignments, {} fencings, {} commits acknowledged, {} \
+             refused for their epoch",
+            members.heartbeats,
+            members.reassignments,
+            members.fenced,
+            members.commits_acked,
+            members.commits_refused
+        );
+        history.event(now_ms(), summary);
+    }
+}
+
+/// A member committing: its index, id and epoch.
+#[derive(Debug, Clone, Copy)]
+struct Committing<'a> {
+    index: usize,
+    member_id: &'a str,
+    epoch: i32,
+}
+
+/// Commits growing offsets for a random half (at least one) of what the member owns, in its epoch, and records
+/// what was acknowledged. False when the coordinator must be found again; a commit refused for the member's epoch
+/// is not (its next heartbeat tells it where it stands).
+async fn commit_owned(
+    shared: &Shared,
+    kafka: &mut Kafka,
+    rng: &mut StdRng,
+    coordinator: i32,
+    member: Committing<'_>,
+    owned: &BTreeSet<Part>,
+    names: &BTreeMap<Uuid, &'static str>,
+) -> bool {
+    let Committing {
+        index,
+        member_id,
+        epoch,
+    } = member;
+    let mut chosen: Vec<Tp> = owned
+        .iter()
+        .filter_map(|(t, p)| names.get(t).map(|name| (*name, *p)))
+        .collect();
+    if chosen.is_empty() {
+        return true; // the topics' ids are not known yet
+    }
+    chosen.shuffle(rng);
+    let keep = rng.gen_range(1..=chosen.len());
+    chosen.truncate(keep);
+    let offsets: Vec<(Tp, i64)> = {
+        let mut history = shared.history.lock();
+        let next = &mut history.replication.consumer_members.next;
+        chosen
+            .iter()
+            .map(|tp| {
+                let n = next.entry(*tp).or_insert(0);
+                *n += rng.gen_range(1..20);
+                (*tp, *n)
+            })
+            .collect()
+    };
+    let who = Committer {
+        group: GROUP,
+        generation: epoch,
+        member_id,
+        versions: MEMBER_EPOCH_COMMIT_VERSIONS,
+    };
+    match commit(kafka, coordinator, who, &offsets).await {
+        Ok(acked) => {
+            let at = now_ms();
+            let mut history = shared.history.lock();
+            let list: Vec<String> = acked
+                .iter()
+                .map(|((t, p), o)| format!("{t}-{p}={o}"))
+                .collect();
+            history.event(
+                at,
+                format!(
+                    "ack commit of kip848 member {index} (epoch {epoch}): {}",
+                    list.join(" ")
+                ),
+            );
+            let members = &mut history.replication.consumer_members;
+            for (tp, offset) in acked {
+                members.commits_acked += 1;
+                let highest = members.acked.entry(tp).or_insert(offset);
+                *highest = (*highest).max(offset);
+            }
+            true
+        }
+        Err(code) => {
+            let mut history = shared.history.lock();
+            history.event(
+                now_ms(),
+                format!("kip848 member {index} commit in epoch {epoch} at n{coordinator}: {code}"),
+            );
+            let refused = matches!(
+                code,
+                STALE_MEMBER_EPOCH | FENCED_MEMBER_EPOCH | UNKNOWN_MEMBER_ID
+            );
+            if refused {
+                history.replication.consumer_members.commits_refused += 1;
+            }
+            refused
+        }
+    }
 }
 
 /// Member `index`'s heartbeat sent at `sent_at` was answered with `owned` in `epoch`: no partition it newly got

@@ -33,7 +33,9 @@ use kafka_protocol::protocol::StrBytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::committer::{check_fetch, commit, fetch, final_fetch, find_coordinator, Committer};
+use crate::committer::{
+    check_fetch, commit, fetch, final_fetch, find_coordinator, Committer, CLASSIC_COMMIT_VERSIONS,
+};
 use crate::replication::{keep_writing, partitions, Kafka, Tp};
 use crate::{now_ms, Shared, VOTERS};
 
@@ -163,6 +165,7 @@ pub(crate) async fn member(shared: Arc<Shared>, index: usize, seed: u64) {
                 group: GROUP,
                 generation,
                 member_id: &me.id,
+                versions: CLASSIC_COMMIT_VERSIONS,
             };
             match commit(&mut kafka, c, who, &offsets).await {
                 Ok(acked) => note_commit(&shared, index, generation, synced_before, &acked),

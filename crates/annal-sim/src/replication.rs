@@ -779,6 +779,38 @@ impl Kafka {
         })
     }
 
+    /// The workload's topics by id, as broker `ask` knows them (Metadata v10 and later name topic ids); `None`
+    /// when it did not answer. KIP-848 assignments name topics by id, commits (OffsetCommit up to v9) by name.
+    pub(crate) async fn topic_names(
+        &mut self,
+        ask: i32,
+    ) -> Option<BTreeMap<uuid::Uuid, &'static str>> {
+        let request = MetadataRequest::default().with_topics(Some(
+            [REPLICATED, PLAIN]
+                .into_iter()
+                .map(|t| {
+                    MetadataRequestTopic::default()
+                        .with_name(Some(TopicName(StrBytes::from_static_str(t))))
+                })
+                .collect(),
+        ));
+        let response = self
+            .send_bounded(ask, &request, (10, 12), Duration::from_secs(6))
+            .await
+            .ok()?;
+        let names = response
+            .topics
+            .iter()
+            .filter(|t| t.error_code == NONE && !t.topic_id.is_nil())
+            .filter_map(|t| {
+                let name = t.name.as_ref()?.0.as_str();
+                let known = [REPLICATED, PLAIN].into_iter().find(|n| *n == name)?;
+                Some((t.topic_id, known))
+            })
+            .collect();
+        Some(names)
+    }
+
     /// The leader and leader epoch of `tp` as broker `ask` sees it.
     pub(crate) async fn leader(&mut self, ask: i32, tp: Tp) -> Option<(i32, i32)> {
         let request = MetadataRequest::default()

@@ -454,8 +454,7 @@ fn full_disk_run(metadata: bool) -> Report {
         faulty_disk_start: false,
         ..Options::default()
     };
-    let report = run_passing(8, &options);
-    report
+    run_passing(8, &options)
 }
 
 fn refused_on_n3(report: &Report) -> u64 {
@@ -658,10 +657,10 @@ fn a_transaction_its_producer_abandoned_is_aborted_by_its_timeout() {
 }
 
 /// KIP-848 consumers ([`annal_sim::consumer_members`], an opt-in workload): no partition has two owners at once
-/// across coordinator failovers, in seeds 0-3 (each run twice: the same trace); and the check has teeth: a
-/// coordinator that forgets the group's members when it loads their partition (`PlantedBug::
-/// ForgetConsumerGroupMembers`, Annal before 2026-12-06) is caught within `SIM_TEETH_SEEDS` seeds of 30 s. As of
-/// this writing at seeds 4, 5 and 15 of 0-19 (both members fenced by the forgetful coordinator; one rejoins and is
+/// across coordinator failovers, and the members' commits (with their member epochs) never move backwards, in
+/// seeds 0-3 (each run twice: the same trace); and the ownership check has teeth: a coordinator that forgets the
+/// group's members when it loads their partition (`PlantedBug::ForgetConsumerGroupMembers`, Annal before
+/// 2026-12-06) is caught within `SIM_TEETH_SEEDS` seeds of 30 s. As of this writing at seeds 4, 5, 14 and 15 of 0-19 (both members fenced by the forgetful coordinator; one rejoins and is
 /// given everything before the other has heard it was fenced); 100 of 100 seeds pass without it.
 #[test]
 fn consumer_group_members_never_share_a_partition_and_a_forgetful_coordinator_is_caught() {
