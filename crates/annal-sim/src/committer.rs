@@ -215,6 +215,23 @@ pub(crate) async fn fetch(
     Ok(out)
 }
 
+/// Offsets for the trace: `topic-partition=offset`, space-separated.
+pub(crate) fn offsets_text<'a>(offsets: impl IntoIterator<Item = (&'a Tp, &'a i64)>) -> String {
+    offsets
+        .into_iter()
+        .map(|((t, p), o)| format!("{t}-{p}={o}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Raises each partition's highest acknowledged commit (`highest`) to what `acked` acknowledged.
+pub(crate) fn raise_acked(highest: &mut BTreeMap<Tp, i64>, acked: &[(Tp, i64)]) {
+    for (tp, offset) in acked {
+        let h = highest.entry(*tp).or_insert(*offset);
+        *h = (*h).max(*offset);
+    }
+}
+
 /// The check: every partition's fetched offset is at least the highest commit acknowledged before the fetch was
 /// sent (`floor`). A partition missing from the answer counts as none committed (-1).
 pub(crate) fn check_fetch(
@@ -227,15 +244,11 @@ pub(crate) fn check_fetch(
 ) {
     let at = now_ms();
     let mut history = shared.history.lock();
-    let seen: Vec<String> = fetched
-        .iter()
-        .map(|((t, p), o)| format!("{t}-{p}={o}"))
-        .collect();
     history.event(
         at,
         format!(
             "{when}offset fetch of {group} at n{coordinator}: {}",
-            seen.join(" ")
+            offsets_text(fetched)
         ),
     );
     history.replication.commits.fetches_checked += 1;
@@ -315,17 +328,11 @@ pub(crate) async fn committer(shared: Arc<Shared>, seed: u64) {
                 Ok(acked) => {
                     let at = now_ms();
                     let mut history = shared.history.lock();
-                    let list: Vec<String> = acked
-                        .iter()
-                        .map(|((t, p), o)| format!("{t}-{p}={o}"))
-                        .collect();
-                    history.event(at, format!("ack commit at n{c}: {}", list.join(" ")));
+                    let text = offsets_text(acked.iter().map(|(tp, o)| (tp, o)));
+                    history.event(at, format!("ack commit at n{c}: {text}"));
                     let commits = &mut history.replication.commits;
-                    for (tp, offset) in acked {
-                        commits.acked_count += 1;
-                        let highest = commits.acked.entry(tp).or_insert(offset);
-                        *highest = (*highest).max(offset);
-                    }
+                    commits.acked_count += acked.len();
+                    raise_acked(&mut commits.acked, &acked);
                 }
                 Err(code) => {
                     coordinator = None;

@@ -31,7 +31,9 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use uuid::Uuid;
 
-use crate::committer::{check_fetch, commit, fetch, final_fetch, find_coordinator, Committer};
+use crate::committer::{
+    check_fetch, commit, fetch, final_fetch, find_coordinator, offsets_text, raise_acked, Committer,
+};
 use crate::replication::{keep_writing, partitions, Kafka, Tp, PLAIN, REPLICATED};
 use crate::{now_ms, Shared, VOTERS};
 
@@ -151,13 +153,7 @@ pub(crate) async fn member(shared: Arc<Shared>, index: usize, seed: u64) {
                     }
                 }
                 if rng.gen_bool(0.2) {
-                    let floor = shared
-                        .history
-                        .lock()
-                        .replication
-                        .consumer_members
-                        .acked
-                        .clone();
+                    let floor = acked_floor(&shared);
                     if let Ok(fetched) = fetch(&mut kafka, c, GROUP, &partitions()).await {
                         check_fetch(&shared, GROUP, c, &floor, &fetched, "");
                     }
@@ -200,13 +196,7 @@ pub(crate) async fn member(shared: Arc<Shared>, index: usize, seed: u64) {
     }
     event(&shared, format!("kip848 member {index} of {GROUP} stops"));
     if index == 0 {
-        let floor = shared
-            .history
-            .lock()
-            .replication
-            .consumer_members
-            .acked
-            .clone();
+        let floor = acked_floor(&shared);
         final_fetch(
             &shared,
             &mut kafka,
@@ -230,6 +220,17 @@ pub(crate) async fn member(shared: Arc<Shared>, index: usize, seed: u64) {
         );
         history.event(now_ms(), summary);
     }
+}
+
+/// The highest commit acknowledged per partition so far: what an OffsetFetch sent now must return at least.
+fn acked_floor(shared: &Shared) -> BTreeMap<Tp, i64> {
+    shared
+        .history
+        .lock()
+        .replication
+        .consumer_members
+        .acked
+        .clone()
 }
 
 /// A member committing: its index, id and epoch.
@@ -289,23 +290,16 @@ async fn commit_owned(
         Ok(acked) => {
             let at = now_ms();
             let mut history = shared.history.lock();
-            let list: Vec<String> = acked
-                .iter()
-                .map(|((t, p), o)| format!("{t}-{p}={o}"))
-                .collect();
             history.event(
                 at,
                 format!(
                     "ack commit of kip848 member {index} (epoch {epoch}): {}",
-                    list.join(" ")
+                    offsets_text(acked.iter().map(|(tp, o)| (tp, o)))
                 ),
             );
             let members = &mut history.replication.consumer_members;
-            for (tp, offset) in acked {
-                members.commits_acked += 1;
-                let highest = members.acked.entry(tp).or_insert(offset);
-                *highest = (*highest).max(offset);
-            }
+            members.commits_acked += acked.len();
+            raise_acked(&mut members.acked, &acked);
             true
         }
         Err(code) => {

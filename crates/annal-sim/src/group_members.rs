@@ -34,7 +34,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::committer::{
-    check_fetch, commit, fetch, final_fetch, find_coordinator, Committer, CLASSIC_COMMIT_VERSIONS,
+    check_fetch, commit, fetch, final_fetch, find_coordinator, offsets_text, raise_acked,
+    Committer, CLASSIC_COMMIT_VERSIONS,
 };
 use crate::replication::{keep_writing, partitions, Kafka, Tp};
 use crate::{now_ms, Shared, VOTERS};
@@ -360,15 +361,11 @@ fn note_commit(
 ) {
     let at = now_ms();
     let mut history = shared.history.lock();
-    let list: Vec<String> = acked
-        .iter()
-        .map(|((t, p), o)| format!("{t}-{p}={o}"))
-        .collect();
     history.event(
         at,
         format!(
             "ack commit of member {index} (generation {generation}): {}",
-            list.join(" ")
+            offsets_text(acked.iter().map(|(tp, o)| (tp, o)))
         ),
     );
     if generation < synced_before {
@@ -381,11 +378,8 @@ fn note_commit(
         );
     }
     let members = &mut history.replication.members;
-    for (tp, offset) in acked {
-        members.commits_acked += 1;
-        let highest = members.acked.entry(*tp).or_insert(*offset);
-        *highest = (*highest).max(*offset);
-    }
+    members.commits_acked += acked.len();
+    raise_acked(&mut members.acked, acked);
 }
 
 /// Whether `code` means the coordinator is gone, moved or did not answer (find it again).
